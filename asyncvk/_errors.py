@@ -1,0 +1,97 @@
+"""The exception tree of asyncvk, in one place.
+
+::
+
+    AsyncVkError
+    ├── NoDeviceError                 no Vulkan device, or a bad device index
+    ├── VulkanError                   a VkResult other than VK_SUCCESS (attribute: result, call)
+    │   ├── OutOfDeviceMemoryError    (also a MemoryError)
+    │   └── DeviceLostError
+    ├── ShaderCompileError            GLSL that shaderc rejected (attributes: shader, log)
+    ├── SpirvError                    SPIR-V words that cannot be reflected (attribute: offset)
+    ├── PipelineError                 a pipeline request that cannot be served (bad spec count)
+    ├── CacheMissError                must-hit mode saw a pipeline that had to be compiled
+    └── ModelFormatError              a malformed .param/.bin (attributes: file, line, layer)
+
+A bad cache *file* is never an exception: it is a cache miss with a reason.
+"""
+
+from __future__ import annotations
+
+
+class AsyncVkError(Exception):
+    """Base of every error asyncvk raises on purpose."""
+
+
+class NoDeviceError(AsyncVkError):
+    """No Vulkan device can be used (no driver, or the index is out of range)."""
+
+
+class VulkanError(AsyncVkError):
+    """A Vulkan call returned an error code."""
+
+    def __init__(self, call: str, result: int, name: str) -> None:
+        super().__init__(f"{call} failed with {name} ({result})")
+        self.call = call
+        self.result = result
+        self.name = name
+
+
+class OutOfDeviceMemoryError(VulkanError, MemoryError):
+    """VK_ERROR_OUT_OF_DEVICE_MEMORY or VK_ERROR_OUT_OF_HOST_MEMORY."""
+
+
+class DeviceLostError(VulkanError):
+    """VK_ERROR_DEVICE_LOST: the device must be recreated."""
+
+
+class ShaderCompileError(AsyncVkError):
+    """GLSL that failed to compile; ``log`` holds the compiler's message with line numbers."""
+
+    def __init__(self, shader: str, log: str) -> None:
+        super().__init__(f"shader {shader!r} failed to compile:\n{log}")
+        self.shader = shader
+        self.log = log
+
+
+class SpirvError(AsyncVkError):
+    """SPIR-V that cannot be parsed; ``offset`` is the word index where parsing stopped."""
+
+    def __init__(self, message: str, offset: int | None = None) -> None:
+        where = f" at word {offset}" if offset is not None else ""
+        super().__init__(f"malformed SPIR-V{where}: {message}")
+        self.offset = offset
+
+
+class PipelineError(AsyncVkError):
+    """A pipeline request that cannot be served as asked."""
+
+
+class CacheMissError(AsyncVkError):
+    """Raised in must-hit mode when a pipeline or shader had to be built cold."""
+
+
+class ModelFormatError(AsyncVkError):
+    """A malformed ncnn model file; names the file, the line and the layer where known."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        layer: str | None = None,
+    ) -> None:
+        where = []
+        if file is not None:
+            where.append(str(file) if line is None else f"{file}:{line}")
+        elif line is not None:
+            where.append(f"line {line}")
+        if layer is not None:
+            where.append(f"layer {layer!r}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+        self.file = file
+        self.line = line
+        self.layer = layer
+        self.detail = message

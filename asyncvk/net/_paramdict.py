@@ -1,0 +1,65 @@
+"""ParamDict: the ``id=value`` pairs of one layer line in an ncnn ``.param`` file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+ParamValue = int | float | str | tuple[int, ...] | tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ParamDict(Mapping[int, ParamValue]):
+    """Parameter values by id (0..31), typed as the file wrote them.
+
+    ncnn's rule: a value with '.', 'e' or 'E' is a float, else an int; arrays are tuples.
+    Layers read with defaults, as ncnn's ``pd.get(id, default)`` does; an int given where a
+    float is expected is accepted (``get_float``), but not the other way round.
+    """
+
+    values: Mapping[int, ParamValue] = field(default_factory=dict)
+
+    def __getitem__(self, key: int) -> ParamValue:
+        return self.values[key]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def get_int(self, key: int, default: int) -> int:
+        value = self.values.get(key, default)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if not isinstance(value, int):
+            raise TypeError(f"param {key} must be an int, got {value!r}")
+        return value
+
+    def get_float(self, key: int, default: float) -> float:
+        value = self.values.get(key, default)
+        if not isinstance(value, (int, float)):
+            raise TypeError(f"param {key} must be a number, got {value!r}")
+        return float(value)
+
+    def get_ints(self, key: int, default: tuple[int, ...] = ()) -> tuple[int, ...]:
+        value = self.values.get(key, default)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = (value,)
+        if not isinstance(value, tuple):
+            raise TypeError(f"param {key} must be an int array, got {value!r}")
+        return tuple(int(v) for v in value)
+
+    def get_floats(self, key: int, default: tuple[float, ...] = ()) -> tuple[float, ...]:
+        value = self.values.get(key, default)
+        if isinstance(value, (int, float)):
+            value = (value,)
+        if not isinstance(value, tuple):
+            raise TypeError(f"param {key} must be a float array, got {value!r}")
+        return tuple(float(v) for v in value)
+
+    def get_str(self, key: int, default: str) -> str:
+        value = self.values.get(key, default)
+        if not isinstance(value, str):
+            raise TypeError(f"param {key} must be a string, got {value!r}")
+        return value
