@@ -1,0 +1,142 @@
+"""GpuInfo: what one physical device is (its cache identity) and what it can do."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .._vk import version_string
+from ._identity import DeviceIdentity
+from ._quirks import Quirks
+
+DEVICE_TYPE_NAMES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
+#: Preference when choosing the default device: discrete > integrated > virtual > cpu > other.
+DEVICE_TYPE_RANK = {2: 0, 1: 1, 3: 2, 4: 3, 0: 4}
+
+
+@dataclass(frozen=True)
+class QueueFamily:
+    index: int
+    flags: int
+    count: int
+
+    @property
+    def compute(self) -> bool:
+        return bool(self.flags & 0x2)
+
+    @property
+    def graphics(self) -> bool:
+        return bool(self.flags & 0x1)
+
+
+@dataclass(frozen=True)
+class GpuLimits:
+    max_compute_workgroup_size: tuple[int, int, int]
+    max_compute_workgroup_invocations: int
+    max_compute_workgroup_count: tuple[int, int, int]
+    max_compute_shared_memory_size: int
+    max_storage_buffer_range: int
+    min_storage_buffer_offset_alignment: int
+    max_push_constants_size: int
+    max_memory_allocation_count: int
+    non_coherent_atom_size: int
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One physical device: identity for caches, capabilities for layers, quirks for us."""
+
+    index: int
+    identity: DeviceIdentity
+    device_type: int
+    driver_info: str
+    subgroup_size: int
+    min_subgroup_size: int
+    max_subgroup_size: int
+    subgroup_operations: int
+    support_subgroup_size_control: bool
+    support_fp16_storage: bool
+    support_fp16_arithmetic: bool
+    support_int8_storage: bool
+    support_int8_arithmetic: bool
+    support_int16_storage: bool
+    support_pipeline_creation_feedback: bool
+    limits: GpuLimits
+    queue_families: tuple[QueueFamily, ...]
+    device_local_heap_bytes: int
+    unified_memory: bool
+    extensions: frozenset[str]
+    quirks: Quirks
+
+    @property
+    def device_name(self) -> str:
+        return self.identity.device_name
+
+    @property
+    def driver_name(self) -> str:
+        return self.identity.driver_name
+
+    @property
+    def vendor_id(self) -> int:
+        return self.identity.vendor_id
+
+    @property
+    def device_id(self) -> int:
+        return self.identity.device_id
+
+    @property
+    def api_version(self) -> int:
+        return self.identity.api_version
+
+    @property
+    def driver_version(self) -> int:
+        return self.identity.driver_version
+
+    @property
+    def pipeline_cache_uuid(self) -> bytes:
+        return self.identity.pipeline_cache_uuid
+
+    @property
+    def type_name(self) -> str:
+        return DEVICE_TYPE_NAMES.get(self.device_type, "other")
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device_type == 4
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view, as ``asyncvk info --json`` prints it."""
+        ident = self.identity
+        return {
+            "index": self.index,
+            "device_name": ident.device_name,
+            "device_type": self.type_name,
+            "vendor_id": ident.vendor_id,
+            "device_id": ident.device_id,
+            "api_version": version_string(ident.api_version),
+            "api_version_raw": ident.api_version,
+            "driver_version": ident.driver_version,
+            "driver_id": ident.driver_id,
+            "driver_name": ident.driver_name,
+            "driver_info": self.driver_info,
+            "pipeline_cache_uuid": ident.pipeline_cache_uuid.hex(),
+            "subgroup_size": self.subgroup_size,
+            "min_subgroup_size": self.min_subgroup_size,
+            "max_subgroup_size": self.max_subgroup_size,
+            "subgroup_operations": self.subgroup_operations,
+            "support_subgroup_size_control": self.support_subgroup_size_control,
+            "support_fp16_storage": self.support_fp16_storage,
+            "support_fp16_arithmetic": self.support_fp16_arithmetic,
+            "support_int8_storage": self.support_int8_storage,
+            "support_int8_arithmetic": self.support_int8_arithmetic,
+            "support_int16_storage": self.support_int16_storage,
+            "support_pipeline_creation_feedback": self.support_pipeline_creation_feedback,
+            "limits": asdict(self.limits),
+            "queue_families": [
+                {"index": q.index, "flags": q.flags, "count": q.count, "compute": q.compute}
+                for q in self.queue_families
+            ],
+            "device_local_heap_bytes": self.device_local_heap_bytes,
+            "unified_memory": self.unified_memory,
+            "quirks": self.quirks.as_dict(),
+        }

@@ -1,0 +1,274 @@
+"""The process-wide Vulkan instance, created lazily and once, and device enumeration.
+
+``ASYNCVK_VALIDATION=1`` enables ``VK_LAYER_KHRONOS_validation`` with a messenger that records
+every error and warning message (tests assert that list stays empty).
+``ASYNCVK_DEVICE`` picks the default device: an index, or a type (``discrete``, ``integrated``,
+``virtual``, ``cpu``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from .. import _vk
+from .._errors import NoDeviceError
+from ._identity import DeviceIdentity
+from ._info import DEVICE_TYPE_NAMES, DEVICE_TYPE_RANK, GpuInfo, GpuLimits, QueueFamily
+from ._quirks import resolve_quirks
+
+log = logging.getLogger("asyncvk.gpu")
+vk = _vk.vkapi
+ffi = _vk.ffi
+
+_lock = threading.Lock()
+_instance: _Instance | None = None
+
+
+class _Instance:
+    """Owns the VkInstance, its physical devices and, when enabled, the debug messenger."""
+
+    def __init__(self) -> None:
+        self.validation = os.environ.get("ASYNCVK_VALIDATION", "") not in ("", "0")
+        self.validation_messages: list[str] = []
+        self._keep: list[Any] = []
+        self.api_version = self._instance_version()
+        layers = self._validation_layers() if self.validation else []
+        extensions = ["VK_EXT_debug_utils"] if layers else []
+        available = {e.extensionName for e in vk.vkEnumerateInstanceExtensionProperties(None)}
+        if "VK_KHR_portability_enumeration" in available:
+            extensions.append("VK_KHR_portability_enumeration")
+        app_info = vk.VkApplicationInfo(
+            pApplicationName="asyncvk",
+            applicationVersion=1,
+            pEngineName="asyncvk",
+            engineVersion=1,
+            apiVersion=self.api_version,
+        )
+        flags = 0x1 if "VK_KHR_portability_enumeration" in extensions else 0
+        create_info = vk.VkInstanceCreateInfo(
+            flags=flags,
+            pApplicationInfo=app_info,
+            ppEnabledLayerNames=layers,
+            ppEnabledExtensionNames=extensions,
+        )
+        try:
+            self.handle = vk.vkCreateInstance(create_info, None)
+        except (vk.VkError, vk.VkException) as exc:
+            raise NoDeviceError(f"no Vulkan driver could create an instance: {exc!r}") from exc
+        self.messenger = self._create_messenger() if layers else None
+        self.physical_devices: list[Any] = list(vk.vkEnumeratePhysicalDevices(self.handle))
+        self.infos: list[GpuInfo] = [
+            _query_info(i, pd, self.api_version) for i, pd in enumerate(self.physical_devices)
+        ]
+
+    @staticmethod
+    def _instance_version() -> int:
+        try:
+            version = int(vk.vkEnumerateInstanceVersion())
+        except Exception:  # a Vulkan 1.0 loader has no vkEnumerateInstanceVersion
+            version = vk.VK_MAKE_VERSION(1, 0, 0)
+        return min(version, vk.VK_MAKE_VERSION(1, 3, 0))
+
+    @staticmethod
+    def _validation_layers() -> list[str]:
+        names = {p.layerName for p in vk.vkEnumerateInstanceLayerProperties()}
+        if "VK_LAYER_KHRONOS_validation" in names:
+            return ["VK_LAYER_KHRONOS_validation"]
+        log.warning("ASYNCVK_VALIDATION is set but VK_LAYER_KHRONOS_validation is not installed")
+        return []
+
+    def _create_messenger(self) -> Any:
+        def callback(severity: int, types: int, data: Any, user: Any) -> int:
+            message = ffi.string(data.pMessage).decode("utf-8", "replace")
+            if severity >= vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT:
+                self.validation_messages.append(message)
+                log.warning("validation: %s", message)
+            return 0
+
+        self._keep.append(callback)
+        create = _vk.instance_proc(self.handle, "vkCreateDebugUtilsMessengerEXT")
+        info = vk.VkDebugUtilsMessengerCreateInfoEXT(
+            messageSeverity=vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
+            | vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+            messageType=vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
+            | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
+            | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+            pfnUserCallback=callback,
+        )
+        return create(self.handle, info, None)
+
+
+def _chain(*structs: Any) -> None:
+    """Link cffi struct pointers through pNext, in order (the caller keeps them alive)."""
+    for a, b in zip(structs, structs[1:], strict=False):
+        a.pNext = b
+
+
+def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
+    props = vk.vkGetPhysicalDeviceProperties(pd)
+    api = min(int(props.apiVersion), instance_api)
+    has_12 = api >= vk.VK_MAKE_VERSION(1, 2, 0)
+    has_13 = api >= vk.VK_MAKE_VERSION(1, 3, 0)
+    extensions = frozenset(
+        e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)
+    )
+
+    props2 = ffi.new("VkPhysicalDeviceProperties2*")
+    props2.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2
+    subgroup = ffi.new("VkPhysicalDeviceSubgroupProperties*")
+    subgroup.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES
+    driver = ffi.new("VkPhysicalDeviceDriverProperties*")
+    driver.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES
+    sg_control = ffi.new("VkPhysicalDeviceSubgroupSizeControlProperties*")
+    sg_control.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES
+    chain = [props2, subgroup]
+    if has_12 or "VK_KHR_driver_properties" in extensions:
+        chain.append(driver)
+    if has_13 or "VK_EXT_subgroup_size_control" in extensions:
+        chain.append(sg_control)
+    _chain(*chain)
+    vk.lib.vkGetPhysicalDeviceProperties2(pd, props2)
+
+    feats2 = ffi.new("VkPhysicalDeviceFeatures2*")
+    feats2.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
+    f11 = ffi.new("VkPhysicalDeviceVulkan11Features*")
+    f11.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES
+    f12 = ffi.new("VkPhysicalDeviceVulkan12Features*")
+    f12.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES
+    f13 = ffi.new("VkPhysicalDeviceVulkan13Features*")
+    f13.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES
+    fchain = [feats2]
+    if has_12:
+        fchain += [f11, f12]
+    if has_13:
+        fchain.append(f13)
+    _chain(*fchain)
+    vk.lib.vkGetPhysicalDeviceFeatures2(pd, feats2)
+
+    limits = props.limits
+    memory = vk.vkGetPhysicalDeviceMemoryProperties(pd)
+    device_local = 0
+    unified = True
+    for h in range(memory.memoryHeapCount):
+        heap = memory.memoryHeaps[h]
+        if heap.flags & vk.VK_MEMORY_HEAP_DEVICE_LOCAL_BIT:
+            device_local += int(heap.size)
+    for t in range(memory.memoryTypeCount):
+        flags = memory.memoryTypes[t].propertyFlags
+        if flags & vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT and not (
+            flags & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
+        ):
+            unified = False
+    queues = tuple(
+        QueueFamily(i, int(q.queueFlags), int(q.queueCount))
+        for i, q in enumerate(vk.vkGetPhysicalDeviceQueueFamilyProperties(pd))
+    )
+    has_driver_props = driver.driverID != 0
+    identity = DeviceIdentity(
+        vendor_id=int(props.vendorID),
+        device_id=int(props.deviceID),
+        api_version=int(props.apiVersion),
+        driver_version=int(props.driverVersion),
+        driver_id=int(driver.driverID) if has_driver_props else 0,
+        device_name=ffi.string(props2.properties.deviceName).decode("utf-8", "replace"),
+        driver_name=(
+            ffi.string(driver.driverName).decode("utf-8", "replace") if has_driver_props else ""
+        ),
+        pipeline_cache_uuid=bytes(ffi.buffer(props2.properties.pipelineCacheUUID, 16)),
+    )
+    subgroup_size = int(subgroup.subgroupSize) or 32
+    has_sg_control = has_13 and bool(f13.subgroupSizeControl)
+    return GpuInfo(
+        index=index,
+        identity=identity,
+        device_type=int(props.deviceType),
+        driver_info=(
+            ffi.string(driver.driverInfo).decode("utf-8", "replace") if has_driver_props else ""
+        ),
+        subgroup_size=subgroup_size,
+        min_subgroup_size=int(sg_control.minSubgroupSize) or subgroup_size,
+        max_subgroup_size=int(sg_control.maxSubgroupSize) or subgroup_size,
+        subgroup_operations=int(subgroup.supportedOperations),
+        support_subgroup_size_control=has_sg_control,
+        support_fp16_storage=has_12 and bool(f11.storageBuffer16BitAccess),
+        support_fp16_arithmetic=has_12 and bool(f12.shaderFloat16),
+        support_int8_storage=has_12 and bool(f12.storageBuffer8BitAccess),
+        support_int8_arithmetic=has_12 and bool(f12.shaderInt8),
+        support_int16_storage=has_12 and bool(f11.storageBuffer16BitAccess)
+        and bool(feats2.features.shaderInt16),
+        support_pipeline_creation_feedback=has_13
+        or "VK_EXT_pipeline_creation_feedback" in extensions,
+        limits=GpuLimits(
+            max_compute_workgroup_size=tuple(int(x) for x in limits.maxComputeWorkGroupSize),  # type: ignore[arg-type]
+            max_compute_workgroup_invocations=int(limits.maxComputeWorkGroupInvocations),
+            max_compute_workgroup_count=tuple(int(x) for x in limits.maxComputeWorkGroupCount),  # type: ignore[arg-type]
+            max_compute_shared_memory_size=int(limits.maxComputeSharedMemorySize),
+            max_storage_buffer_range=int(limits.maxStorageBufferRange),
+            min_storage_buffer_offset_alignment=int(limits.minStorageBufferOffsetAlignment),
+            max_push_constants_size=int(limits.maxPushConstantsSize),
+            max_memory_allocation_count=int(limits.maxMemoryAllocationCount),
+            non_coherent_atom_size=int(limits.nonCoherentAtomSize),
+        ),
+        queue_families=queues,
+        device_local_heap_bytes=device_local,
+        unified_memory=unified,
+        extensions=extensions,
+        quirks=resolve_quirks(identity),
+    )
+
+
+def instance() -> _Instance:
+    """The process-wide instance, created on first use (thread-safe)."""
+    global _instance
+    if _instance is None:
+        with _lock:
+            if _instance is None:
+                _instance = _Instance()
+    return _instance
+
+
+def get_gpu_count() -> int:
+    """How many Vulkan devices this process can use (0 when there is no driver)."""
+    try:
+        return len(instance().infos)
+    except NoDeviceError:
+        return 0
+
+
+def get_gpu_info(index: int | None = None) -> GpuInfo:
+    """Identity and capabilities of device ``index`` (default: :func:`get_default_gpu_index`)."""
+    infos = instance().infos
+    i = get_default_gpu_index() if index is None else index
+    if not 0 <= i < len(infos):
+        raise NoDeviceError(f"no Vulkan device {i}: {len(infos)} device(s) present")
+    return infos[i]
+
+
+def get_default_gpu_index() -> int:
+    """discrete > integrated > virtual > cpu, unless ``ASYNCVK_DEVICE`` says otherwise."""
+    infos = instance().infos
+    if not infos:
+        raise NoDeviceError("no Vulkan device found (install mesa-vulkan-drivers for lavapipe)")
+    choice = os.environ.get("ASYNCVK_DEVICE", "").strip().lower()
+    if choice.isdigit():
+        i = int(choice)
+        if i >= len(infos):
+            raise NoDeviceError(f"ASYNCVK_DEVICE={i}: only {len(infos)} device(s) present")
+        return i
+    if choice:
+        wanted = [k for k, v in DEVICE_TYPE_NAMES.items() if v == choice]
+        if not wanted:
+            raise NoDeviceError(f"ASYNCVK_DEVICE={choice!r}: not an index or a device type")
+        for info in infos:
+            if info.device_type == wanted[0]:
+                return info.index
+        raise NoDeviceError(f"ASYNCVK_DEVICE={choice!r}: no device of that type")
+    return min(infos, key=lambda i: (DEVICE_TYPE_RANK.get(i.device_type, 9), i.index)).index
+
+
+def validation_messages() -> list[str]:
+    """Messages the validation layer reported so far (empty unless ASYNCVK_VALIDATION=1)."""
+    return list(instance().validation_messages) if _instance is not None else []

@@ -1,0 +1,114 @@
+"""GLSL to SPIR-V in process, through the cffi shaderc extension built at install time.
+
+The cffi call releases the GIL, so compiles in worker threads run in parallel. One shaderc
+compiler object is shared: its compile entry point takes it as ``const`` (shaderc documents
+that as safe without locking); options are per call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from enum import IntEnum
+from typing import Any
+
+from .._errors import ShaderCompileError
+
+try:
+    from . import _shaderc_cffi
+except ImportError as exc:  # pragma: no cover - a broken install
+    raise ImportError(
+        "asyncvk's shaderc extension is missing: reinstall asyncvk with libshaderc-dev, "
+        "glslang-dev and spirv-tools present (see README)"
+    ) from exc
+
+_ffi: Any = _shaderc_cffi.ffi
+_lib: Any = _shaderc_cffi.lib
+
+_COMPUTE_SHADER_KIND = 2  # shaderc_glsl_compute_shader
+_TARGET_ENV_VULKAN = 0  # shaderc_target_env_vulkan
+_STATUS_NAMES = {
+    1: "invalid stage",
+    2: "compilation error",
+    3: "internal error",
+    4: "null result object",
+    5: "invalid assembly",
+    6: "validation error",
+    7: "transformation error",
+    8: "configuration error",
+}
+
+
+class OptimizationLevel(IntEnum):
+    ZERO = 0
+    SIZE = 1
+    PERFORMANCE = 2
+
+
+class TargetEnv(IntEnum):
+    """Vulkan target environments, as shaderc encodes them."""
+
+    VULKAN_1_0 = 1 << 22
+    VULKAN_1_1 = (1 << 22) | (1 << 12)
+    VULKAN_1_2 = (1 << 22) | (2 << 12)
+    VULKAN_1_3 = (1 << 22) | (3 << 12)
+
+
+_compiler_lock = threading.Lock()
+_compiler: Any = None
+
+
+def _get_compiler() -> Any:
+    global _compiler
+    if _compiler is None:
+        with _compiler_lock:
+            if _compiler is None:
+                compiler = _lib.shaderc_compiler_initialize()
+                if compiler == _ffi.NULL:
+                    raise RuntimeError("shaderc_compiler_initialize failed")
+                _compiler = compiler
+    return _compiler
+
+
+def compile_glsl(
+    source: str,
+    name: str = "shader.comp",
+    *,
+    defines: Mapping[str, str] | None = None,
+    optimization: OptimizationLevel = OptimizationLevel.PERFORMANCE,
+    target_env: TargetEnv = TargetEnv.VULKAN_1_1,
+) -> bytes:
+    """Compile a GLSL compute shader to SPIR-V bytes.
+
+    Raises ShaderCompileError carrying ``name`` and the compiler log (with ``name:line:``
+    positions) when the source does not compile.
+    """
+    compiler = _get_compiler()
+    options = _lib.shaderc_compile_options_initialize()
+    if options == _ffi.NULL:
+        raise RuntimeError("shaderc_compile_options_initialize failed")
+    result = _ffi.NULL
+    try:
+        for key, value in (defines or {}).items():
+            k = key.encode()
+            v = str(value).encode()
+            _lib.shaderc_compile_options_add_macro_definition(options, k, len(k), v, len(v))
+        _lib.shaderc_compile_options_set_optimization_level(options, int(optimization))
+        _lib.shaderc_compile_options_set_target_env(options, _TARGET_ENV_VULKAN, int(target_env))
+        text = source.encode()
+        result = _lib.shaderc_compile_into_spv(
+            compiler, text, len(text), _COMPUTE_SHADER_KIND, name.encode(), b"main", options
+        )
+        status = _lib.shaderc_result_get_compilation_status(result)
+        if status != 0:
+            message = _ffi.string(_lib.shaderc_result_get_error_message(result)).decode(
+                "utf-8", "replace"
+            )
+            log = message.strip() or _STATUS_NAMES.get(status, f"status {status}")
+            raise ShaderCompileError(name, log)
+        size = _lib.shaderc_result_get_length(result)
+        return bytes(_ffi.buffer(_lib.shaderc_result_get_bytes(result), size))
+    finally:
+        if result != _ffi.NULL:
+            _lib.shaderc_result_release(result)
+        _lib.shaderc_compile_options_release(options)
