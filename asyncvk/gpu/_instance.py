@@ -8,6 +8,7 @@ every error and warning message (tests assert that list stays empty).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -103,7 +104,7 @@ class _Instance:
 
 def _chain(*structs: Any) -> None:
     """Link cffi struct pointers through pNext, in order (the caller keeps them alive)."""
-    for a, b in zip(structs, structs[1:], strict=False):
+    for a, b in itertools.pairwise(structs):
         a.pNext = b
 
 
@@ -197,7 +198,8 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
         support_fp16_arithmetic=has_12 and bool(f12.shaderFloat16),
         support_int8_storage=has_12 and bool(f12.storageBuffer8BitAccess),
         support_int8_arithmetic=has_12 and bool(f12.shaderInt8),
-        support_int16_storage=has_12 and bool(f11.storageBuffer16BitAccess)
+        support_int16_storage=has_12
+        and bool(f11.storageBuffer16BitAccess)
         and bool(feats2.features.shaderInt16),
         support_pipeline_creation_feedback=has_13
         or "VK_EXT_pipeline_creation_feedback" in extensions,

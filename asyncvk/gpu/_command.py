@@ -1,0 +1,193 @@
+"""CommandRecorder: one command buffer with its own pools, recorded once, submitted many times.
+
+A recorder owns its VkCommandPool and VkDescriptorPools: Vulkan requires external
+synchronisation of a pool while any of its command buffers records, so a private pool lets
+plans record on any thread without a shared lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import _vk
+from ._memory import Buffer
+
+if TYPE_CHECKING:
+    from ._device import VulkanDevice
+
+vk = _vk.vkapi
+ffi = _vk.ffi
+lib = _vk.lib
+
+_SETS_PER_POOL = 128
+_BINDINGS_PER_SET = 16
+
+
+class DispatchablePipeline(Protocol):
+    """What a recorder needs of a pipeline (the cache's artifacts satisfy it)."""
+
+    handle: Any
+    layout: Any
+    set_layout: Any
+    binding_count: int
+    push_constant_size: int
+
+
+class CommandRecorder:
+    """Records dispatches, barriers and copies into one primary command buffer."""
+
+    def __init__(self, device: VulkanDevice, *, one_time: bool = False) -> None:
+        self.device = device
+        dev = device.handle
+        self._pool = _vk.call(
+            vk.vkCreateCommandPool,
+            dev,
+            vk.VkCommandPoolCreateInfo(queueFamilyIndex=device.queue_family),
+            None,
+        )
+        device.track("command_pool", +1)
+        self._descriptor_pools: list[Any] = []
+        self._sets_left = 0
+        alloc = vk.VkCommandBufferAllocateInfo(
+            commandPool=self._pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1
+        )
+        self.command_buffer = _vk.call(vk.vkAllocateCommandBuffers, dev, alloc)[0]
+        flags = vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if one_time else 0
+        _vk.call(
+            vk.vkBeginCommandBuffer, self.command_buffer, vk.VkCommandBufferBeginInfo(flags=flags)
+        )
+        self.finished = False
+        self.dispatch_count = 0
+        self._released = False
+
+    def _descriptor_set(self, set_layout: Any) -> Any:
+        if self._sets_left == 0:
+            sizes = vk.VkDescriptorPoolSize(
+                type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                descriptorCount=_SETS_PER_POOL * _BINDINGS_PER_SET,
+            )
+            info = vk.VkDescriptorPoolCreateInfo(
+                maxSets=_SETS_PER_POOL, poolSizeCount=1, pPoolSizes=[sizes]
+            )
+            pool = _vk.call(vk.vkCreateDescriptorPool, self.device.handle, info, None)
+            self.device.track("descriptor_pool", +1)
+            self._descriptor_pools.append(pool)
+            self._sets_left = _SETS_PER_POOL
+        layouts = ffi.new("VkDescriptorSetLayout[1]", [set_layout])
+        info = ffi.new(
+            "VkDescriptorSetAllocateInfo*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                "descriptorPool": self._descriptor_pools[-1],
+                "descriptorSetCount": 1,
+                "pSetLayouts": layouts,
+            },
+        )
+        out = ffi.new("VkDescriptorSet*")
+        _vk.check(
+            lib.vkAllocateDescriptorSets(self.device.handle, info, out), "vkAllocateDescriptorSets"
+        )
+        self._sets_left -= 1
+        return out[0]
+
+    def dispatch(
+        self,
+        pipeline: DispatchablePipeline,
+        buffers: Sequence[Buffer],
+        push: bytes,
+        groups: tuple[int, int, int],
+    ) -> None:
+        """Bind ``buffers`` to bindings 0..n-1, push ``push`` and dispatch ``groups``."""
+        if len(buffers) != pipeline.binding_count:
+            raise ValueError(
+                f"pipeline has {pipeline.binding_count} bindings, got {len(buffers)} buffers"
+            )
+        if len(push) != pipeline.push_constant_size:
+            raise ValueError(
+                f"pipeline takes {pipeline.push_constant_size} push-constant bytes, got {len(push)}"
+            )
+        cb = self.command_buffer
+        if buffers:
+            dset = self._descriptor_set(pipeline.set_layout)
+            n = len(buffers)
+            infos = ffi.new("VkDescriptorBufferInfo[]", n)
+            writes = ffi.new("VkWriteDescriptorSet[]", n)
+            for i, buf in enumerate(buffers):
+                infos[i].buffer = buf.vk_buffer
+                infos[i].offset = buf.offset
+                infos[i].range = buf.size
+                w = writes[i]
+                w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+                w.dstSet = dset
+                w.dstBinding = i
+                w.descriptorCount = 1
+                w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+                w.pBufferInfo = infos + i
+            lib.vkUpdateDescriptorSets(self.device.handle, n, writes, 0, ffi.NULL)
+            sets = ffi.new("VkDescriptorSet[1]", [dset])
+            lib.vkCmdBindDescriptorSets(
+                cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL
+            )
+        lib.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+        if push:
+            data = ffi.from_buffer(push)
+            lib.vkCmdPushConstants(
+                cb, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(push), data
+            )
+        lib.vkCmdDispatch(cb, max(1, groups[0]), max(1, groups[1]), max(1, groups[2]))
+        self.dispatch_count += 1
+
+    def barrier(self) -> None:
+        """Make every earlier shader or transfer write visible to every later read."""
+        barrier = ffi.new(
+            "VkMemoryBarrier*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+                "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT
+                | vk.VK_ACCESS_SHADER_WRITE_BIT
+                | vk.VK_ACCESS_TRANSFER_READ_BIT
+                | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+                | vk.VK_ACCESS_HOST_READ_BIT,
+            },
+        )
+        stages = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+        lib.vkCmdPipelineBarrier(
+            self.command_buffer,
+            stages,
+            stages | vk.VK_PIPELINE_STAGE_HOST_BIT,
+            0,
+            1,
+            barrier,
+            0,
+            ffi.NULL,
+            0,
+            ffi.NULL,
+        )
+
+    def copy(self, src: Buffer, dst: Buffer, size: int | None = None) -> None:
+        n = min(src.size, dst.size) if size is None else size
+        region = ffi.new(
+            "VkBufferCopy*", {"srcOffset": src.offset, "dstOffset": dst.offset, "size": n}
+        )
+        lib.vkCmdCopyBuffer(self.command_buffer, src.vk_buffer, dst.vk_buffer, 1, region)
+
+    def finish(self) -> CommandRecorder:
+        if not self.finished:
+            _vk.check(lib.vkEndCommandBuffer(self.command_buffer), "vkEndCommandBuffer")
+            self.finished = True
+        return self
+
+    def release(self) -> None:
+        """Destroy the pools (and with them the command buffer and descriptor sets)."""
+        if self._released:
+            return
+        self._released = True
+        dev = self.device.handle
+        for pool in self._descriptor_pools:
+            vk.vkDestroyDescriptorPool(dev, pool, None)
+            self.device.track("descriptor_pool", -1)
+        self._descriptor_pools.clear()
+        vk.vkDestroyCommandPool(dev, self._pool, None)
+        self.device.track("command_pool", -1)

@@ -1,0 +1,284 @@
+"""VulkanDevice: one logical device, its compute queue, memory, and awaitable submission.
+
+Queue access is externally synchronised in Vulkan, so every submit takes ``_queue_lock`` (held
+only for the vkQueueSubmit call). Completion is awaited by waiting on a fence in a worker thread,
+so the event loop never blocks; the wait is not abandoned on cancellation, so memory a command
+buffer uses is never released while the GPU still reads it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import numpy as np
+
+from .. import _vk
+from ._command import CommandRecorder
+from ._info import GpuInfo
+from ._instance import get_default_gpu_index, get_gpu_info, instance
+from ._memory import Allocator, Buffer, MemoryKind
+
+vk = _vk.vkapi
+ffi = _vk.ffi
+lib = _vk.lib
+
+_FENCE_WAIT_NS = 60_000_000_000  # a dispatch that runs a minute is a hang, not work
+
+
+class VulkanDevice:
+    """A logical device with one compute queue. Shared per index: see :func:`get_gpu_device`."""
+
+    def __init__(self, index: int) -> None:
+        inst = instance()
+        self.info: GpuInfo = get_gpu_info(index)
+        self.index = index
+        self.physical_device = inst.physical_devices[index]
+        self._live: Counter[str] = Counter()
+        self._live_lock = threading.Lock()
+        self.queue_family = self._pick_queue_family()
+        self.handle = self._create_device()
+        self.queue = vk.vkGetDeviceQueue(self.handle, self.queue_family, 0)
+        self.memory_properties = vk.vkGetPhysicalDeviceMemoryProperties(self.physical_device)
+        self.allocator = Allocator(self)
+        self._queue_lock = threading.Lock()
+        #: Held around vkCreateComputePipelines on drivers flagged serialize_pipeline_creation.
+        self.creation_lock = threading.Lock()
+        #: Test hook: called with True before and False after each vkCreateComputePipelines.
+        self.creation_probe: Callable[[bool], None] | None = None
+        self._fence_lock = threading.Lock()
+        self._free_fences: list[Any] = []
+        self._wait_limiter = anyio.CapacityLimiter(64)
+        self.submissions = 0
+        self.closed = False
+
+    # -- creation ---------------------------------------------------------------------------
+
+    def _pick_queue_family(self) -> int:
+        families = [q for q in self.info.queue_families if q.compute and q.count > 0]
+        if not families:
+            raise RuntimeError(f"{self.info.device_name} has no compute queue")
+        dedicated = [q for q in families if not q.graphics]
+        return (dedicated or families)[0].index
+
+    def _create_device(self) -> Any:
+        info = self.info
+        api = info.api_version
+        keep: list[Any] = []
+        feats2 = ffi.new("VkPhysicalDeviceFeatures2*")
+        feats2.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
+        chain = [feats2]
+        if api >= vk.VK_MAKE_VERSION(1, 2, 0):
+            f11 = ffi.new("VkPhysicalDeviceVulkan11Features*")
+            f11.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES
+            f12 = ffi.new("VkPhysicalDeviceVulkan12Features*")
+            f12.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES
+            chain += [f11, f12]
+        if api >= vk.VK_MAKE_VERSION(1, 3, 0):
+            f13 = ffi.new("VkPhysicalDeviceVulkan13Features*")
+            f13.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES
+            chain.append(f13)
+        for a, b in itertools.pairwise(chain):
+            a.pNext = b
+        lib.vkGetPhysicalDeviceFeatures2(self.physical_device, feats2)
+        # Bounds checks cost speed and our shaders guard their own indices.
+        feats2.features.robustBufferAccess = 0
+        keep += chain
+        priority = ffi.new("float[1]", [1.0])
+        queue_info = ffi.new(
+            "VkDeviceQueueCreateInfo*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                "queueFamilyIndex": self.queue_family,
+                "queueCount": 1,
+                "pQueuePriorities": priority,
+            },
+        )
+        ext_names = [
+            ffi.new("char[]", name.encode())
+            for name in ("VK_KHR_portability_subset",)
+            if name in info.extensions
+        ]
+        ext_array = ffi.new("char*[]", ext_names) if ext_names else ffi.NULL
+        create = ffi.new(
+            "VkDeviceCreateInfo*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                "pNext": feats2,
+                "queueCreateInfoCount": 1,
+                "pQueueCreateInfos": queue_info,
+                "enabledExtensionCount": len(ext_names),
+                "ppEnabledExtensionNames": ext_array,
+            },
+        )
+        out = ffi.new("VkDevice*")
+        _vk.check(lib.vkCreateDevice(self.physical_device, create, ffi.NULL, out), "vkCreateDevice")
+        del keep
+        return out[0]
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def track(self, kind: str, delta: int) -> None:
+        """Count live handles per kind, so tests can assert that nothing leaks."""
+        with self._live_lock:
+            self._live[kind] += delta
+
+    def live_handles(self) -> dict[str, int]:
+        with self._live_lock:
+            return {k: v for k, v in self._live.items() if v}
+
+    # -- memory ----------------------------------------------------------------------------
+
+    def allocate(self, nbytes: int, kind: MemoryKind = MemoryKind.DEVICE) -> Buffer:
+        return self.allocator.allocate(nbytes, kind)
+
+    def upload_sync(self, array: np.ndarray) -> Buffer:
+        """Copy ``array`` into a new device buffer (blocking; use :meth:`upload` from async)."""
+        data = np.ascontiguousarray(array)
+        buf = self.allocate(max(data.nbytes, 4))
+        if buf.host_visible:
+            buf.view()[: data.nbytes] = data.reshape(-1).view(np.uint8)
+            return buf
+        staging = self.allocate(data.nbytes, MemoryKind.STAGING)
+        try:
+            staging.view()[: data.nbytes] = data.reshape(-1).view(np.uint8)
+            rec = CommandRecorder(self, one_time=True)
+            try:
+                rec.copy(staging, buf, data.nbytes)
+                self.run_sync(rec.finish())
+            finally:
+                rec.release()
+        finally:
+            staging.release()
+        return buf
+
+    async def upload(self, array: np.ndarray) -> Buffer:
+        return await anyio.to_thread.run_sync(self.upload_sync, array)
+
+    def download_sync(
+        self, buf: Buffer, shape: tuple[int, ...], dtype: Any = np.float32
+    ) -> np.ndarray:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if buf.host_visible:
+            raw = np.frombuffer(buf.view()[:nbytes], dtype=np.uint8).copy()
+            return raw.view(dtype).reshape(shape)
+        readback = self.allocate(nbytes, MemoryKind.READBACK)
+        try:
+            rec = CommandRecorder(self, one_time=True)
+            try:
+                rec.copy(buf, readback, nbytes)
+                self.run_sync(rec.finish())
+            finally:
+                rec.release()
+            raw = np.frombuffer(readback.view()[:nbytes], dtype=np.uint8).copy()
+        finally:
+            readback.release()
+        return raw.view(dtype).reshape(shape)
+
+    async def download(
+        self, buf: Buffer, shape: tuple[int, ...], dtype: Any = np.float32
+    ) -> np.ndarray:
+        return await anyio.to_thread.run_sync(self.download_sync, buf, shape, dtype)
+
+    # -- submission ------------------------------------------------------------------------
+
+    def _fence(self) -> Any:
+        with self._fence_lock:
+            if self._free_fences:
+                return self._free_fences.pop()
+        fence = _vk.call(vk.vkCreateFence, self.handle, vk.VkFenceCreateInfo(), None)
+        self.track("fence", +1)
+        return fence
+
+    def submit(self, recorder: CommandRecorder) -> Any:
+        """Submit a finished recorder; returns the fence to pass to :meth:`wait`."""
+        if not recorder.finished:
+            raise ValueError("submit() needs a finished recorder")
+        fence = self._fence()
+        cbs = ffi.new("VkCommandBuffer[1]", [recorder.command_buffer])
+        info = ffi.new(
+            "VkSubmitInfo*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                "commandBufferCount": 1,
+                "pCommandBuffers": cbs,
+            },
+        )
+        with self._queue_lock:
+            result = lib.vkQueueSubmit(self.queue, 1, info, fence)
+            self.submissions += 1
+        if result < 0:
+            self._recycle(fence)
+            _vk.check(result, "vkQueueSubmit")
+        return fence
+
+    def wait(self, fence: Any) -> None:
+        """Block until ``fence`` signals, then recycle it."""
+        fences = ffi.new("VkFence[1]", [fence])
+        result = lib.vkWaitForFences(self.handle, 1, fences, 1, _FENCE_WAIT_NS)
+        if result != 0:
+            _vk.check(result if result < 0 else -4, "vkWaitForFences")
+        lib.vkResetFences(self.handle, 1, fences)
+        self._recycle(fence)
+
+    def _recycle(self, fence: Any) -> None:
+        with self._fence_lock:
+            self._free_fences.append(fence)
+
+    def run_sync(self, recorder: CommandRecorder) -> None:
+        self.wait(self.submit(recorder))
+
+    async def run(self, recorder: CommandRecorder) -> None:
+        """Submit and await completion without blocking the event loop."""
+        fence = self.submit(recorder)
+        await anyio.to_thread.run_sync(self.wait, fence, limiter=self._wait_limiter)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Destroy everything this device owns, in order. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        lib.vkDeviceWaitIdle(self.handle)
+        with self._fence_lock:
+            for fence in self._free_fences:
+                vk.vkDestroyFence(self.handle, fence, None)
+                self.track("fence", -1)
+            self._free_fences.clear()
+        self.allocator.close()
+        vk.vkDestroyDevice(self.handle, None)
+
+    def __repr__(self) -> str:
+        return f"<VulkanDevice {self.index}: {self.info.device_name!r}>"
+
+
+_devices: dict[int, VulkanDevice] = {}
+_devices_lock = threading.Lock()
+
+
+def get_gpu_device(index: int | None = None) -> VulkanDevice:
+    """The shared VulkanDevice for ``index`` (default device when None), created once."""
+    i = get_default_gpu_index() if index is None else index
+    with _devices_lock:
+        device = _devices.get(i)
+        if device is None or device.closed:
+            device = VulkanDevice(i)
+            _devices[i] = device
+        return device
+
+
+def destroy_gpu_devices() -> None:
+    """Close every shared device (at exit, or in tests that check for leaks)."""
+    with _devices_lock:
+        for device in _devices.values():
+            device.close()
+        _devices.clear()
+
+
+atexit.register(destroy_gpu_devices)

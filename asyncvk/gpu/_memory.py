@@ -1,0 +1,229 @@
+"""Device memory: a block allocator handing out sub-ranges of a few large VkBuffers.
+
+Drivers cap the number of VkDeviceMemory allocations (often 4096) and each one is slow, so a
+1000-layer model must not allocate per weight. Blocks of ``BLOCK_SIZE`` bytes, each with one
+VkBuffer over the whole block, are split first-fit and coalesced on release. Host-visible blocks
+stay mapped for their whole life.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from .. import _vk
+from .._errors import OutOfDeviceMemoryError
+
+if TYPE_CHECKING:
+    from ._device import VulkanDevice
+
+vk = _vk.vkapi
+ffi = _vk.ffi
+
+BLOCK_SIZE = 64 << 20
+
+
+class MemoryKind(Enum):
+    """Where a buffer lives: ``DEVICE`` for compute, ``STAGING``/``READBACK`` for transfers."""
+
+    DEVICE = "device"
+    STAGING = "staging"
+    READBACK = "readback"
+
+
+_DEVICE_LOCAL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+_HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
+_HOST_COHERENT = vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+_HOST_CACHED = vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT
+
+# (required flags, preferred flags) per kind
+_WANTS = {
+    MemoryKind.DEVICE: (_DEVICE_LOCAL, _DEVICE_LOCAL | _HOST_VISIBLE | _HOST_COHERENT),
+    MemoryKind.STAGING: (_HOST_VISIBLE | _HOST_COHERENT, _HOST_VISIBLE | _HOST_COHERENT),
+    MemoryKind.READBACK: (_HOST_VISIBLE | _HOST_COHERENT, _HOST_CACHED),
+}
+_USAGE = (
+    vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT
+    | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+    | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
+)
+
+
+@dataclass(eq=False)
+class _Block:
+    memory: Any
+    buffer: Any
+    size: int
+    host_visible: bool
+    mapped: Any  # cffi void* or None
+    free: list[tuple[int, int]] = field(default_factory=list)  # (offset, size), sorted
+    used: int = 0
+
+
+class Buffer:
+    """A sub-range of a device block. ``release()`` returns it; it is idempotent."""
+
+    __slots__ = ("_allocator", "block", "offset", "size")
+
+    def __init__(self, allocator: Allocator, block: _Block, offset: int, size: int) -> None:
+        self._allocator: Allocator | None = allocator
+        self.block = block
+        self.offset = offset
+        self.size = size
+
+    @property
+    def vk_buffer(self) -> Any:
+        return self.block.buffer
+
+    @property
+    def host_visible(self) -> bool:
+        return self.block.host_visible
+
+    def view(self) -> memoryview:
+        """The mapped bytes of this buffer (host-visible memory only)."""
+        if self.block.mapped is None:
+            raise ValueError("buffer is not host visible")
+        return memoryview(ffi.buffer(self.block.mapped + self.offset, self.size)).cast("B")
+
+    def release(self) -> None:
+        allocator, self._allocator = self._allocator, None
+        if allocator is not None:
+            allocator.free(self)
+
+    @property
+    def released(self) -> bool:
+        return self._allocator is None
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.size} bytes at {self.offset}>"
+
+
+class Allocator:
+    """First-fit sub-allocation over large blocks, one pool per MemoryKind."""
+
+    def __init__(self, device: VulkanDevice, block_size: int = BLOCK_SIZE) -> None:
+        self._device = device
+        self._lock = threading.Lock()
+        self._blocks: dict[MemoryKind, list[_Block]] = {k: [] for k in MemoryKind}
+        self._types = {k: self._memory_type(k) for k in MemoryKind}
+        props = device.memory_properties
+        self.device_is_host_visible = bool(
+            props.memoryTypes[self._types[MemoryKind.DEVICE]].propertyFlags & _HOST_VISIBLE
+        )
+        limit = device.info.limits.max_storage_buffer_range
+        self.block_size = min(block_size, max(limit, 1 << 20))
+        self.alignment = max(256, device.info.limits.min_storage_buffer_offset_alignment)
+
+    def _memory_type(self, kind: MemoryKind) -> int:
+        required, preferred = _WANTS[kind]
+        props = self._device.memory_properties
+        best, best_score = -1, -1
+        for i in range(props.memoryTypeCount):
+            flags = props.memoryTypes[i].propertyFlags
+            if flags & required != required:
+                continue
+            score = bin(flags & preferred).count("1")
+            if score > best_score:
+                best, best_score = i, score
+        if best < 0 and kind is MemoryKind.DEVICE:
+            return self._memory_type(MemoryKind.STAGING)
+        if best < 0:
+            raise OutOfDeviceMemoryError("vkAllocateMemory", -2, "no suitable memory type")
+        return best
+
+    def allocate(self, size: int, kind: MemoryKind = MemoryKind.DEVICE) -> Buffer:
+        size = max(self.alignment, -(-size // self.alignment) * self.alignment)
+        with self._lock:
+            for block in self._blocks[kind]:
+                buf = self._take(block, size)
+                if buf is not None:
+                    return buf
+            block = self._new_block(kind, max(size, self.block_size))
+            self._blocks[kind].append(block)
+            buf = self._take(block, size)
+            assert buf is not None
+            return buf
+
+    def _take(self, block: _Block, size: int) -> Buffer | None:
+        for i, (offset, free) in enumerate(block.free):
+            if free >= size:
+                if free == size:
+                    del block.free[i]
+                else:
+                    block.free[i] = (offset + size, free - size)
+                block.used += size
+                return Buffer(self, block, offset, size)
+        return None
+
+    def free(self, buf: Buffer) -> None:
+        with self._lock:
+            block = buf.block
+            block.used -= buf.size
+            block.free.append((buf.offset, buf.size))
+            block.free.sort()
+            merged: list[tuple[int, int]] = []
+            for offset, size in block.free:
+                if merged and merged[-1][0] + merged[-1][1] == offset:
+                    merged[-1] = (merged[-1][0], merged[-1][1] + size)
+                else:
+                    merged.append((offset, size))
+            block.free = merged
+
+    def _new_block(self, kind: MemoryKind, size: int) -> _Block:
+        dev = self._device.handle
+        buffer = _vk.call(
+            vk.vkCreateBuffer,
+            dev,
+            vk.VkBufferCreateInfo(
+                size=size, usage=_USAGE, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE
+            ),
+            None,
+        )
+        reqs = vk.vkGetBufferMemoryRequirements(dev, buffer)
+        type_index = self._types[kind]
+        if not reqs.memoryTypeBits & (1 << type_index):
+            vk.vkDestroyBuffer(dev, buffer, None)
+            raise OutOfDeviceMemoryError("vkAllocateMemory", -2, "memory type not allowed")
+        try:
+            memory = _vk.call(
+                vk.vkAllocateMemory,
+                dev,
+                vk.VkMemoryAllocateInfo(allocationSize=reqs.size, memoryTypeIndex=type_index),
+                None,
+            )
+        except BaseException:
+            vk.vkDestroyBuffer(dev, buffer, None)
+            raise
+        vk.vkBindBufferMemory(dev, buffer, memory, 0)
+        flags = self._device.memory_properties.memoryTypes[type_index].propertyFlags
+        host_visible = bool(flags & _HOST_VISIBLE)
+        mapped = None
+        if host_visible:
+            pointer = ffi.new("void**")
+            _vk.check(vk.lib.vkMapMemory(dev, memory, 0, size, 0, pointer), "vkMapMemory")
+            mapped = ffi.cast("char*", pointer[0])
+        self._device.track("memory", +1)
+        return _Block(memory, buffer, size, host_visible, mapped, free=[(0, size)])
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            blocks = [b for bs in self._blocks.values() for b in bs]
+            return {
+                "blocks": len(blocks),
+                "reserved_bytes": sum(b.size for b in blocks),
+                "used_bytes": sum(b.used for b in blocks),
+            }
+
+    def close(self) -> None:
+        dev = self._device.handle
+        with self._lock:
+            for blocks in self._blocks.values():
+                for block in blocks:
+                    if block.mapped is not None:
+                        vk.vkUnmapMemory(dev, block.memory)
+                    vk.vkDestroyBuffer(dev, block.buffer, None)
+                    vk.vkFreeMemory(dev, block.memory, None)
+                    self._device.track("memory", -1)
+                blocks.clear()

@@ -1,0 +1,279 @@
+"""The blocking core of pipeline creation: SPIR-V in, a PipelineArtifact of live handles out.
+
+Every nested cffi struct and buffer is bound to a local name until the Vulkan call returns:
+cffi frees memory when its owning object dies, and a stage info built inline inside a create
+info can be gone before the driver reads it.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import _vk
+from .._errors import PipelineError
+from ..shader._reflect import STORAGE_BUFFER, UNIFORM_BUFFER, ShaderInfo
+
+if TYPE_CHECKING:
+    from ._device import VulkanDevice
+
+vk = _vk.vkapi
+ffi = _vk.ffi
+lib = _vk.lib
+
+SpecValue = int | float | bool
+_CACHE_HIT_BIT = 0x2  # VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT
+_FEEDBACK_VALID_BIT = 0x1
+_REQUIRED_SUBGROUP_SIZE_STYPE = (
+    vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO
+)
+_DESCRIPTOR_TYPES = {
+    STORAGE_BUFFER: vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+    UNIFORM_BUFFER: vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER,
+}
+
+
+def pack_specialization(value: SpecValue) -> bytes:
+    """4 bytes per constant, as ncnn's ``vk_specialization_type`` union."""
+    if isinstance(value, bool):
+        return struct.pack("<I", int(value))
+    if isinstance(value, int):
+        return struct.pack("<I" if value >= 1 << 31 else "<i", value)
+    return struct.pack("<f", float(value))
+
+
+@dataclass(eq=False)
+class PipelineArtifact:
+    """Live handles for one digest. The cache owns it; layers only borrow it."""
+
+    device: VulkanDevice
+    shader_module: Any
+    set_layout: Any
+    layout: Any
+    handle: Any
+    info: ShaderInfo
+    local_size: tuple[int, int, int]
+    create_seconds: float
+    driver_cache_hit: bool | None
+    destroyed: bool = False
+
+    @property
+    def binding_count(self) -> int:
+        return self.info.binding_count
+
+    @property
+    def push_constant_size(self) -> int:
+        return self.info.push_constant_size
+
+    def destroy(self) -> None:
+        """Destroy the handles once, pipeline first. Idempotent."""
+        if self.destroyed:
+            return
+        self.destroyed = True
+        dev = self.device.handle
+        vk.vkDestroyPipeline(dev, self.handle, None)
+        vk.vkDestroyPipelineLayout(dev, self.layout, None)
+        vk.vkDestroyDescriptorSetLayout(dev, self.set_layout, None)
+        vk.vkDestroyShaderModule(dev, self.shader_module, None)
+        self.device.track("pipeline", -1)
+
+
+def create_pipeline(
+    device: VulkanDevice,
+    spirv: bytes,
+    info: ShaderInfo,
+    specializations: Sequence[SpecValue],
+    local_size: tuple[int, int, int],
+    *,
+    subgroup_size: int = 0,
+    pipeline_cache: Any = None,
+    name: str = "shader",
+) -> PipelineArtifact:
+    """Create the shader module, layouts and compute pipeline; destroy all on failure."""
+    user_ids = info.user_specialization_ids
+    if len(specializations) != len(user_ids):
+        raise PipelineError(
+            f"shader {name!r} declares {len(user_ids)} specialization constants "
+            f"{list(user_ids)}, got {len(specializations)}"
+        )
+    if info.local_size_ids is None and tuple(local_size) != info.local_size:
+        raise PipelineError(
+            f"shader {name!r} fixes its local size to {info.local_size}; "
+            f"asked for {tuple(local_size)}"
+        )
+    dev = device.handle
+    made: list[tuple[Any, Any]] = []
+    try:
+        code = ffi.from_buffer(spirv)
+        module_info = ffi.new(
+            "VkShaderModuleCreateInfo*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                "codeSize": len(spirv),
+                "pCode": ffi.cast("uint32_t*", code),
+            },
+        )
+        module_out = ffi.new("VkShaderModule*")
+        _vk.check(
+            lib.vkCreateShaderModule(dev, module_info, ffi.NULL, module_out), "vkCreateShaderModule"
+        )
+        module = module_out[0]
+        made.append((lib.vkDestroyShaderModule, module))
+
+        nb = len(info.bindings)
+        bindings = ffi.new("VkDescriptorSetLayoutBinding[]", max(nb, 1))
+        for i, b in enumerate(info.bindings):
+            if b.set != 0:
+                raise PipelineError(f"shader {name!r}: descriptor set {b.set} (only set 0 is used)")
+            if b.descriptor_type not in _DESCRIPTOR_TYPES:
+                raise PipelineError(
+                    f"shader {name!r}: {b.descriptor_type} bindings are not supported"
+                )
+            bindings[i].binding = b.binding
+            bindings[i].descriptorType = _DESCRIPTOR_TYPES[b.descriptor_type]
+            bindings[i].descriptorCount = 1
+            bindings[i].stageFlags = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        set_info = ffi.new(
+            "VkDescriptorSetLayoutCreateInfo*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                "bindingCount": nb,
+                "pBindings": bindings,
+            },
+        )
+        set_out = ffi.new("VkDescriptorSetLayout*")
+        _vk.check(
+            lib.vkCreateDescriptorSetLayout(dev, set_info, ffi.NULL, set_out),
+            "vkCreateDescriptorSetLayout",
+        )
+        set_layout = set_out[0]
+        made.append((lib.vkDestroyDescriptorSetLayout, set_layout))
+
+        set_layouts = ffi.new("VkDescriptorSetLayout[1]", [set_layout])
+        push_range = ffi.new(
+            "VkPushConstantRange*",
+            {
+                "stageFlags": vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                "offset": 0,
+                "size": info.push_constant_size,
+            },
+        )
+        layout_info = ffi.new(
+            "VkPipelineLayoutCreateInfo*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                "setLayoutCount": 1,
+                "pSetLayouts": set_layouts,
+                "pushConstantRangeCount": 1 if info.push_constant_size else 0,
+                "pPushConstantRanges": push_range if info.push_constant_size else ffi.NULL,
+            },
+        )
+        layout_out = ffi.new("VkPipelineLayout*")
+        _vk.check(
+            lib.vkCreatePipelineLayout(dev, layout_info, ffi.NULL, layout_out),
+            "vkCreatePipelineLayout",
+        )
+        layout = layout_out[0]
+        made.append((lib.vkDestroyPipelineLayout, layout))
+
+        ids = list(user_ids)
+        values = [pack_specialization(v) for v in specializations]
+        if info.local_size_ids is not None:
+            ids += list(info.local_size_ids)
+            values += [pack_specialization(int(x)) for x in local_size]
+        data = b"".join(values)
+        spec_data = ffi.new("char[]", max(len(data), 1))
+        ffi.memmove(spec_data, data, len(data))
+        entries = ffi.new("VkSpecializationMapEntry[]", max(len(ids), 1))
+        for i, constant_id in enumerate(ids):
+            entries[i].constantID = constant_id
+            entries[i].offset = 4 * i
+            entries[i].size = 4
+        spec_info = ffi.new(
+            "VkSpecializationInfo*",
+            {
+                "mapEntryCount": len(ids),
+                "pMapEntries": entries,
+                "dataSize": len(data),
+                "pData": spec_data,
+            },
+        )
+        entry_name = ffi.new("char[]", b"main")
+        subgroup_info = ffi.NULL
+        if subgroup_size and device.info.support_subgroup_size_control:
+            subgroup_info = ffi.new(
+                "VkPipelineShaderStageRequiredSubgroupSizeCreateInfo*",
+                {
+                    "sType": _REQUIRED_SUBGROUP_SIZE_STYPE,
+                    "requiredSubgroupSize": subgroup_size,
+                },
+            )
+        feedback = ffi.new("VkPipelineCreationFeedback*")
+        stage_feedback = ffi.new("VkPipelineCreationFeedback*")
+        feedback_info = ffi.NULL
+        if device.info.support_pipeline_creation_feedback:
+            feedback_info = ffi.new(
+                "VkPipelineCreationFeedbackCreateInfo*",
+                {
+                    "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CREATION_FEEDBACK_CREATE_INFO,
+                    "pPipelineCreationFeedback": feedback,
+                    "pipelineStageCreationFeedbackCount": 1,
+                    "pPipelineStageCreationFeedbacks": stage_feedback,
+                },
+            )
+        pipeline_info = ffi.new("VkComputePipelineCreateInfo*")
+        pipeline_info.sType = vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO
+        pipeline_info.pNext = feedback_info
+        stage = pipeline_info.stage
+        stage.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
+        stage.pNext = subgroup_info
+        stage.stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        stage.module = module
+        stage.pName = entry_name
+        stage.pSpecializationInfo = spec_info
+        pipeline_info.layout = layout
+        pipeline_out = ffi.new("VkPipeline*")
+        cache = pipeline_cache if pipeline_cache is not None else ffi.NULL
+        start = time.perf_counter()
+        if device.info.quirks.serialize_pipeline_creation:
+            with device.creation_lock:
+                result = _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
+        else:
+            result = _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
+        seconds = time.perf_counter() - start
+        _vk.check(result, "vkCreateComputePipelines")
+        handle = pipeline_out[0]
+        hit: bool | None = None
+        if feedback_info != ffi.NULL and feedback.flags & _FEEDBACK_VALID_BIT:
+            hit = bool(feedback.flags & _CACHE_HIT_BIT)
+    except BaseException:
+        for destroy, h in reversed(made):
+            destroy(dev, h, ffi.NULL)
+        raise
+    device.track("pipeline", +1)
+    return PipelineArtifact(
+        device=device,
+        shader_module=module,
+        set_layout=set_layout,
+        layout=layout,
+        handle=handle,
+        info=info,
+        local_size=(int(local_size[0]), int(local_size[1]), int(local_size[2])),
+        create_seconds=seconds,
+        driver_cache_hit=hit,
+    )
+
+
+def _create_compute_pipeline(device: VulkanDevice, cache: Any, info: Any, out: Any) -> int:
+    """The one vkCreateComputePipelines call; instrumented through ``device.creation_probe``."""
+    probe = device.creation_probe
+    if probe is not None:
+        probe(True)
+    try:
+        return int(lib.vkCreateComputePipelines(device.handle, cache, 1, info, ffi.NULL, out))
+    finally:
+        if probe is not None:
+            probe(False)
