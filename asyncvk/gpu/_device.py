@@ -23,6 +23,7 @@ from ._command import CommandRecorder
 from ._info import GpuInfo
 from ._instance import get_default_gpu_index, get_gpu_info, instance
 from ._memory import Allocator, Buffer, MemoryKind
+from ._quirks import Quirks
 
 vk = _vk.vkapi
 ffi = _vk.ffi
@@ -34,9 +35,11 @@ _FENCE_WAIT_NS = 60_000_000_000  # a dispatch that runs a minute is a hang, not 
 class VulkanDevice:
     """A logical device with one compute queue. Shared per index: see :func:`get_gpu_device`."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, *, quirks: Quirks | None = None) -> None:
         inst = instance()
         self.info: GpuInfo = get_gpu_info(index)
+        #: The quirk flags in force; a test may pass its own to drive both paths of a quirk.
+        self.quirks: Quirks = quirks or self.info.quirks
         self.index = index
         self.physical_device = inst.physical_devices[index]
         self._live: Counter[str] = Counter()

@@ -238,7 +238,7 @@ def create_pipeline(
         pipeline_out = ffi.new("VkPipeline*")
         cache = pipeline_cache if pipeline_cache is not None else ffi.NULL
         start = time.perf_counter()
-        if device.info.quirks.serialize_pipeline_creation:
+        if device.quirks.serialize_pipeline_creation:
             with device.creation_lock:
                 result = _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
         else:

@@ -1,0 +1,558 @@
+"""PipelineCache: live pipelines by digest, SPIR-V by key, and one driver VkPipelineCache.
+
+Concurrency model (what ncnn does with one mutex held through every compile, done in parallel):
+
+* A request's digest is looked up and, on a miss, its build is registered under a lock with no
+  blocking work inside; the slow part runs in a bounded thread pool.
+* Concurrent requests for one digest share one ``concurrent.futures.Future``, so waiters from
+  any event loop or plain thread see the same result. Async waiters await it shielded:
+  cancelling one waiter never cancels the shared build.
+* SPIR-V compiles are deduplicated the same way, keyed by (shader, option bits, source hash,
+  device-macro hash), so 50 pipelines of one shader cost one GLSL compile.
+* A failure reaches every waiter and is not cached; the next request builds again.
+* Only ``vkCreateComputePipelines`` is serialised, and only on drivers flagged
+  ``serialize_pipeline_creation``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .. import _vk
+from .._errors import CacheMissError
+from ..gpu._device import VulkanDevice, get_gpu_device
+from ..gpu._pipeline import PipelineArtifact, SpecValue, create_pipeline
+from ..shader._compiler import TargetEnv, compile_glsl
+from ..shader._options import (
+    ShaderOptions,
+    device_macros,
+    macro_hash,
+    option_prelude,
+    splice_prelude,
+)
+from ..shader._reflect import ShaderInfo, reflect_spirv
+from ..shader._registry import ShaderRegistry, builtin_shaders
+from ._digest import builtin_digest, spirv_digest
+from ._keys import SpirvKey
+
+log = logging.getLogger("asyncvk.cache")
+vk = _vk.vkapi
+ffi = _vk.ffi
+lib = _vk.lib
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+Pipeline = PipelineArtifact
+
+
+@dataclass(frozen=True)
+class CacheStatistics:
+    """Counters since the cache was made (ncnn reports none of these)."""
+
+    requests: int = 0
+    live_hits: int = 0
+    inflight_joins: int = 0
+    spirv_compiles: int = 0
+    spirv_hits: int = 0
+    pipelines_created: int = 0
+    glsl_seconds: float = 0.0
+    create_seconds: float = 0.0
+    driver_cache_hits: int = 0
+    driver_cache_misses: int = 0
+    failures: int = 0
+    entries: int = 0
+    spirv_entries: int = 0
+    in_flight: int = 0
+
+
+class _SingleFlight:
+    """A map of keys to shared futures: one producer per key, any number of waiters."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: dict[Any, Future[Any]] = {}
+
+
+class PipelineCache:
+    """The in-process pipeline cache of one device.
+
+    Arguments:
+        device: the VulkanDevice (default: the default GPU).
+        max_workers: threads that compile GLSL and create pipelines (default: CPU count).
+        read_only: never write a cache file (``save_cache`` to a path does nothing).
+        must_hit: raise CacheMissError instead of compiling GLSL cold.
+    """
+
+    def __init__(
+        self,
+        device: VulkanDevice | None = None,
+        *,
+        max_workers: int | None = None,
+        read_only: bool = False,
+        must_hit: bool = False,
+        registry: ShaderRegistry | None = None,
+    ) -> None:
+        self.device = device or get_gpu_device()
+        self.max_workers = max_workers or os.cpu_count() or 1
+        self.read_only = read_only
+        self.must_hit = must_hit
+        self.registry = registry or builtin_shaders()
+        self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="asyncvk-pipeline")
+        self._lock = threading.Lock()
+        self._entries: dict[bytes, PipelineArtifact] = {}
+        self._owned_uncached: list[PipelineArtifact] = []
+        self._pipelines = _SingleFlight()
+        self._spirv_flight = _SingleFlight()
+        self._spirv: dict[SpirvKey, bytes] = {}
+        self._spirv_info: dict[SpirvKey, ShaderInfo] = {}
+        self._spirv_new = 0  # entries added since the last save (autosave trigger)
+        self._stats: dict[str, float] = dict.fromkeys(CacheStatistics.__dataclass_fields__, 0)
+        self._macros = device_macros(self.device.info)
+        self._macro_hash = macro_hash(self._macros)
+        self.broken = self.device.quirks.broken_pipeline_cache
+        self.vk_cache = None if self.broken else self._create_vk_cache(b"")
+        self.driver_blob_loaded = False
+        self.generation = 0  # bumps whenever something new is built (autosave watches it)
+        self.closed = False
+
+    # -- driver VkPipelineCache -------------------------------------------------------------
+
+    def _create_vk_cache(self, blob: bytes) -> Any:
+        data = ffi.from_buffer(blob) if blob else ffi.NULL
+        info = ffi.new(
+            "VkPipelineCacheCreateInfo*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
+                "initialDataSize": len(blob),
+                "pInitialData": data,
+            },
+        )
+        out = ffi.new("VkPipelineCache*")
+        _vk.check(
+            lib.vkCreatePipelineCache(self.device.handle, info, ffi.NULL, out),
+            "vkCreatePipelineCache",
+        )
+        self.device.track("pipeline_cache", +1)
+        return out[0]
+
+    def driver_blob(self) -> bytes:
+        """``vkGetPipelineCacheData``: size query, then data (empty when there is no cache)."""
+        if self.vk_cache is None:
+            return b""
+        size = ffi.new("size_t*")
+        dev = self.device.handle
+        _vk.check(
+            lib.vkGetPipelineCacheData(dev, self.vk_cache, size, ffi.NULL), "vkGetPipelineCacheData"
+        )
+        if size[0] == 0:
+            return b""
+        data = ffi.new("char[]", size[0])
+        _vk.check(
+            lib.vkGetPipelineCacheData(dev, self.vk_cache, size, data), "vkGetPipelineCacheData"
+        )
+        return bytes(ffi.buffer(data, size[0]))
+
+    def merge_driver_blob(self, blob: bytes) -> None:
+        """Merge a validated blob into the live VkPipelineCache (vkMergePipelineCaches)."""
+        if self.vk_cache is None or not blob:
+            return
+        temp = self._create_vk_cache(blob)
+        try:
+            sources = ffi.new("VkPipelineCache[1]", [temp])
+            _vk.check(
+                lib.vkMergePipelineCaches(self.device.handle, self.vk_cache, 1, sources),
+                "vkMergePipelineCaches",
+            )
+        finally:
+            vk.vkDestroyPipelineCache(self.device.handle, temp, None)
+            self.device.track("pipeline_cache", -1)
+        self.driver_blob_loaded = True
+
+    # -- statistics ----------------------------------------------------------------------------
+
+    def _count(self, name: str, delta: float = 1) -> None:
+        with self._lock:
+            self._stats[name] += delta
+
+    def statistics(self) -> CacheStatistics:
+        with self._lock:
+            values = dict(self._stats)
+            values["entries"] = len(self._entries)
+            values["spirv_entries"] = len(self._spirv)
+        with self._pipelines.lock:
+            values["in_flight"] = len(self._pipelines.running)
+        ints = {k: int(v) for k, v in values.items() if not k.endswith("_seconds")}
+        floats = {k: float(v) for k, v in values.items() if k.endswith("_seconds")}
+        return CacheStatistics(**ints, **floats)
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (
+            f"<PipelineCache [entries: {s.entries}, in-flight: {s.in_flight} | "
+            f"hits: {s.live_hits}, created: {s.pipelines_created}, "
+            f"spirv compiled: {s.spirv_compiles}]>"
+        )
+
+    # -- single flight ---------------------------------------------------------------------
+
+    def _single_flight(
+        self,
+        flight: _SingleFlight,
+        key: Any,
+        lookup: Callable[[], Any],
+        build: Callable[[], Any],
+        *,
+        on_join: str | None = None,
+    ) -> Future[Any]:
+        """A future for ``key``: done if ``lookup`` finds it, shared if running, else new."""
+        with flight.lock:
+            found = lookup()
+            if found is not None:
+                done: Future[Any] = Future()
+                done.set_result(found)
+                return done
+            running = flight.running.get(key)
+            if running is not None:
+                if on_join:
+                    self._count(on_join)
+                return running
+            future: Future[Any] = Future()
+            flight.running[key] = future
+
+        def run() -> None:
+            try:
+                result = build()
+            except BaseException as exc:
+                with flight.lock:
+                    flight.running.pop(key, None)
+                future.set_exception(exc)
+            else:
+                with flight.lock:
+                    flight.running.pop(key, None)
+                future.set_result(result)
+
+        self._pool.submit(run)
+        return future
+
+    # -- SPIR-V ----------------------------------------------------------------------------
+
+    def spirv_key(self, shader: str, options: ShaderOptions) -> SpirvKey:
+        source = self.registry.get(shader)
+        return SpirvKey(shader, options.bits, source.source_hash, self._macro_hash)
+
+    def _builtin_spirv(self, shader: str, options: ShaderOptions) -> tuple[bytes, ShaderInfo]:
+        """SPIR-V and reflection for a builtin shader: cache hit, shared compile, or compile."""
+        key = self.spirv_key(shader, options)
+
+        def lookup() -> tuple[bytes, ShaderInfo] | None:
+            spirv = self._spirv.get(key)
+            if spirv is None:
+                return None
+            self._stats["spirv_hits"] += 1
+            info = self._spirv_info.get(key)
+            if info is None:
+                info = reflect_spirv(spirv)
+                self._spirv_info[key] = info
+            return spirv, info
+
+        def build() -> tuple[bytes, ShaderInfo]:
+            if self.must_hit:
+                raise CacheMissError(
+                    f"must-hit: shader {shader!r} (option bits {options.bits}) is not in the "
+                    "cache and would be compiled"
+                )
+            source = self.registry.get(shader)
+            text = splice_prelude(source.source, option_prelude(options))
+            start = time.perf_counter()
+            spirv = compile_glsl(
+                text, f"{shader}.comp", defines=self._macros, target_env=TargetEnv.VULKAN_1_1
+            )
+            seconds = time.perf_counter() - start
+            info = reflect_spirv(spirv)
+            with self._lock:
+                self._spirv[key] = spirv
+                self._spirv_info[key] = info
+                self._spirv_new += 1
+                self.generation += 1
+                self._stats["spirv_compiles"] += 1
+                self._stats["glsl_seconds"] += seconds
+            return spirv, info
+
+        with self._lock:
+            found = lookup()
+        if found is not None:
+            return found
+        # Compile inline on this worker thread; concurrent workers wanting the same key wait.
+        with self._spirv_flight.lock:
+            running = self._spirv_flight.running.get(key)
+            mine = running is None
+            if mine:
+                running = Future()
+                self._spirv_flight.running[key] = running
+        assert running is not None
+        if not mine:
+            return running.result()  # type: ignore[no-any-return]
+        try:
+            with self._lock:
+                found = lookup()
+            result = found if found is not None else build()
+        except BaseException as exc:
+            with self._spirv_flight.lock:
+                self._spirv_flight.running.pop(key, None)
+            running.set_exception(exc)
+            raise
+        with self._spirv_flight.lock:
+            self._spirv_flight.running.pop(key, None)
+        running.set_result(result)
+        return result
+
+    # -- pipelines ---------------------------------------------------------------------------
+
+    def _finish(self, digest: bytes | None, artifact: PipelineArtifact) -> PipelineArtifact:
+        with self._lock:
+            if self.closed:
+                artifact.destroy()
+                raise RuntimeError("PipelineCache was closed while a pipeline was being built")
+            if digest is None:
+                self._owned_uncached.append(artifact)
+            else:
+                self._entries[digest] = artifact
+            self._stats["pipelines_created"] += 1
+            self._stats["create_seconds"] += artifact.create_seconds
+            if artifact.driver_cache_hit is True:
+                self._stats["driver_cache_hits"] += 1
+            elif artifact.driver_cache_hit is False:
+                self._stats["driver_cache_misses"] += 1
+            self.generation += 1
+        if self.must_hit and artifact.driver_cache_hit is False and self.driver_blob_loaded:
+            raise CacheMissError(
+                f"must-hit: the driver compiled {artifact.info} cold despite a loaded blob"
+            )
+        return artifact
+
+    def _request(
+        self,
+        digest: bytes,
+        build: Callable[[], PipelineArtifact],
+    ) -> Future[PipelineArtifact]:
+        if self.closed:
+            raise RuntimeError("PipelineCache is closed")
+        self._count("requests")
+        if self.broken:
+            # No in-memory reuse on drivers that cannot share pipelines; still owned by us.
+            future: Future[PipelineArtifact] = Future()
+
+            def run() -> None:
+                try:
+                    future.set_result(self._finish(None, build()))
+                except BaseException as exc:
+                    self._count("failures")
+                    future.set_exception(exc)
+
+            self._pool.submit(run)
+            return future
+
+        def lookup() -> PipelineArtifact | None:
+            with self._lock:
+                found = self._entries.get(digest)
+                if found is not None:
+                    self._stats["live_hits"] += 1
+                return found
+
+        def build_and_store() -> PipelineArtifact:
+            try:
+                return self._finish(digest, build())
+            except BaseException:
+                self._count("failures")
+                raise
+
+        return self._single_flight(
+            self._pipelines, digest, lookup, build_and_store, on_join="inflight_joins"
+        )
+
+    def request_builtin(
+        self,
+        shader: str,
+        *,
+        options: ShaderOptions = ShaderOptions(),  # noqa: B008 - frozen, so sharing is safe
+        specializations: Sequence[SpecValue] = (),
+        local_size: tuple[int, int, int] = (64, 1, 1),
+        subgroup_size: int = 0,
+    ) -> Future[PipelineArtifact]:
+        """Start (or join) the build of a builtin-shader pipeline; a concurrent future."""
+        options = options.supported_on(self.device.info)
+        specs = tuple(specializations)
+        digest = builtin_digest(shader, options.bits, local_size, subgroup_size, specs)
+        self.registry.get(shader)  # unknown names fail here, in the caller
+
+        def build() -> PipelineArtifact:
+            spirv, info = self._builtin_spirv(shader, options)
+            return create_pipeline(
+                self.device,
+                spirv,
+                info,
+                specs,
+                local_size,
+                subgroup_size=subgroup_size,
+                pipeline_cache=self.vk_cache,
+                name=shader,
+            )
+
+        return self._request(digest, build)
+
+    def request_spirv(
+        self,
+        spirv: bytes,
+        *,
+        specializations: Sequence[SpecValue] = (),
+        local_size: tuple[int, int, int] = (64, 1, 1),
+        subgroup_size: int = 0,
+        name: str = "spirv",
+    ) -> Future[PipelineArtifact]:
+        """Start (or join) the build of a pipeline from raw SPIR-V (never stored in files)."""
+        specs = tuple(specializations)
+        digest = spirv_digest(spirv, local_size, subgroup_size, specs)
+
+        def build() -> PipelineArtifact:
+            info = reflect_spirv(spirv)
+            return create_pipeline(
+                self.device,
+                spirv,
+                info,
+                specs,
+                local_size,
+                subgroup_size=subgroup_size,
+                pipeline_cache=self.vk_cache,
+                name=name,
+            )
+
+        return self._request(digest, build)
+
+    async def get_pipeline(
+        self,
+        shader: str,
+        *,
+        options: ShaderOptions = ShaderOptions(),  # noqa: B008
+        specializations: Sequence[SpecValue] = (),
+        local_size: tuple[int, int, int] = (64, 1, 1),
+        subgroup_size: int = 0,
+    ) -> PipelineArtifact:
+        """The pipeline of a builtin shader; concurrent equal requests share one build."""
+        future = self.request_builtin(
+            shader,
+            options=options,
+            specializations=specializations,
+            local_size=local_size,
+            subgroup_size=subgroup_size,
+        )
+        return await _await_shared(future)
+
+    async def get_pipeline_spirv(
+        self,
+        spirv: bytes,
+        *,
+        specializations: Sequence[SpecValue] = (),
+        local_size: tuple[int, int, int] = (64, 1, 1),
+        subgroup_size: int = 0,
+    ) -> PipelineArtifact:
+        """The pipeline of raw SPIR-V; same sharing rules as :meth:`get_pipeline`."""
+        future = self.request_spirv(
+            spirv,
+            specializations=specializations,
+            local_size=local_size,
+            subgroup_size=subgroup_size,
+        )
+        return await _await_shared(future)
+
+    def get_pipeline_sync(
+        self,
+        shader: str,
+        *,
+        options: ShaderOptions = ShaderOptions(),  # noqa: B008
+        specializations: Sequence[SpecValue] = (),
+        local_size: tuple[int, int, int] = (64, 1, 1),
+        subgroup_size: int = 0,
+    ) -> PipelineArtifact:
+        """Blocking form for callers without an event loop (plain threads)."""
+        return self.request_builtin(
+            shader,
+            options=options,
+            specializations=specializations,
+            local_size=local_size,
+            subgroup_size=subgroup_size,
+        ).result()
+
+    # -- SPIR-V entries for the file layer ----------------------------------------------------
+
+    def spirv_entries(self) -> dict[SpirvKey, bytes]:
+        with self._lock:
+            return dict(self._spirv)
+
+    def add_spirv_entries(self, entries: dict[SpirvKey, bytes]) -> int:
+        """Adopt SPIR-V entries loaded from a file; only those for this device's macros."""
+        added = 0
+        with self._lock:
+            for key, spirv in entries.items():
+                if key.macro_hash != self._macro_hash or key in self._spirv:
+                    continue
+                self._spirv[key] = spirv
+                added += 1
+        return added
+
+    @property
+    def device_macro_hash(self) -> int:
+        return self._macro_hash
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Destroy every live pipeline (SPIR-V entries stay: they hold no Vulkan handle)."""
+        with self._lock:
+            artifacts = list(self._entries.values()) + self._owned_uncached
+            self._entries.clear()
+            self._owned_uncached = []
+        for artifact in artifacts:
+            artifact.destroy()
+
+    def close(self) -> None:
+        """Wait for running builds, destroy every pipeline and the VkPipelineCache. Idempotent."""
+        if self.closed:
+            return
+        self._pool.shutdown(wait=True)
+        self.clear()
+        with self._lock:
+            self.closed = True
+        if self.vk_cache is not None:
+            vk.vkDestroyPipelineCache(self.device.handle, self.vk_cache, None)
+            self.device.track("pipeline_cache", -1)
+            self.vk_cache = None
+
+    async def aclose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    async def __aenter__(self) -> PipelineCache:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> PipelineCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _await_shared(future: Future[_V]) -> _V:
+    """Await a shared build; cancelling this waiter leaves the build running for the others."""
+    wrapped = asyncio.wrap_future(future)
+    return await asyncio.shield(wrapped)
