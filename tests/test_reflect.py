@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from asyncvk import SpirvError
+from asyncvk.shader import compile_glsl, reflect_spirv
+
+SOURCE = """#version 450
+layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
+layout(constant_id = 0) const float alpha = 1.0;
+layout(constant_id = 1) const int n = 0;
+layout(constant_id = 7) const bool flag = false;
+layout(binding = 0) readonly buffer A { float a[]; };
+layout(binding = 2) writeonly buffer C { vec4 c[]; };
+layout(binding = 1) uniform U { float u; };
+layout(push_constant) uniform P { int w; int h; float s; ivec4 v; } p;
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (flag) c[i] = vec4(a[i] * alpha + p.s + float(n + p.v.x) + u);
+}
+"""
+
+FIXED = """#version 450
+layout(local_size_x = 16, local_size_y = 4, local_size_z = 2) in;
+layout(binding = 0) buffer A { float a[]; };
+void main() { a[gl_LocalInvocationIndex] = 1.0; }
+"""
+
+
+def test_reflection_matches_declarations() -> None:
+    info = reflect_spirv(compile_glsl(SOURCE))
+    kinds = {b.binding: b.descriptor_type for b in info.bindings}
+    assert kinds == {0: "storage_buffer", 1: "uniform_buffer", 2: "storage_buffer"}
+    assert info.push_constant_size == 32  # ivec4 aligned at 16
+    assert info.specialization_ids == (0, 1, 7, 233, 234, 235)
+    assert info.user_specialization_ids == (0, 1, 7)
+    assert info.local_size_ids == (233, 234, 235)
+
+
+def test_fixed_local_size() -> None:
+    info = reflect_spirv(compile_glsl(FIXED))
+    assert info.local_size == (16, 4, 2)
+    assert info.local_size_ids is None
+    assert info.push_constant_size == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (b"", "header"),
+        (b"\x03\x02\x23\x07" * 2, "header"),
+        (b"abc", "multiple of 4"),
+        (struct.pack("<5I", 0xDEADBEEF, 0x10000, 0, 10, 0), "bad magic"),
+        (struct.pack("<6I", 0x07230203, 0x10000, 0, 10, 0, 0), "word count 0"),
+        (struct.pack("<6I", 0x07230203, 0x10000, 0, 10, 0, (9 << 16) | 71), "past the end"),
+    ],
+)
+def test_malformed_spirv_is_a_clear_error(data: bytes, needle: str) -> None:
+    with pytest.raises(SpirvError, match=needle):
+        reflect_spirv(data)
+
+
+def test_random_corruption_only_ever_raises_spirv_error() -> None:
+    good = bytearray(compile_glsl(SOURCE))
+    rng = random.Random(7767517)
+    for _ in range(400):
+        data = bytearray(good)
+        for _ in range(rng.randint(1, 8)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        cut = rng.choice([len(data), rng.randrange(len(data)) & ~3])
+        try:
+            reflect_spirv(bytes(data[:cut]))
+        except SpirvError:
+            pass
