@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install asyncvk on a fresh Debian/Ubuntu machine: system packages (Vulkan loader, lavapipe,
+# the static shaderc/glslang/SPIRV-Tools libraries the in-process compiler links, a C compiler),
+# then a virtual environment in .venv with asyncvk installed from this checkout.
+#   tools/install.sh          runtime only
+#   tools/install.sh --test   plus the test dependencies
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sudo=""
+if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+packages="libvulkan1 mesa-vulkan-drivers libshaderc-dev glslang-dev spirv-tools gcc python3-dev python3-venv"
+if [ "${1:-}" = "--test" ]; then packages="$packages vulkan-validationlayers"; fi
+missing=""
+for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq $missing >/dev/null
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+extra=""
+if [ "${1:-}" = "--test" ]; then extra="[test]"; fi
+.venv/bin/python -m pip install -q -e ".${extra}"
