@@ -87,6 +87,17 @@ class Buffer:
             raise ValueError("buffer is not host visible")
         return memoryview(ffi.buffer(self.block.mapped + self.offset, self.size)).cast("B")
 
+    def sub(self, offset: int, size: int) -> Buffer:
+        """A non-owning view of ``size`` bytes at ``offset`` inside this buffer."""
+        if offset < 0 or offset + size > self.size:
+            raise ValueError(f"view [{offset}, {offset + size}) outside a {self.size}-byte buffer")
+        view = Buffer.__new__(Buffer)
+        view._allocator = None
+        view.block = self.block
+        view.offset = self.offset + offset
+        view.size = size
+        return view
+
     def release(self) -> None:
         allocator, self._allocator = self._allocator, None
         if allocator is not None:

@@ -1,0 +1,155 @@
+"""VulkanLayer: the GPU implementation of one ncnn layer, beside its numpy reference.
+
+A VulkanLayer never creates a Vulkan object. It *declares* the pipelines it needs
+(:meth:`pipeline_specs`, which must not depend on blob shapes: shapes travel in push constants,
+so one pipeline serves every input size) and the weights to upload (:meth:`weights`), and then
+*records* dispatches through a :class:`RecordContext` that the runtime provides.
+
+Blobs on the GPU are contiguous float32 buffers in the CPU layout (see ``_base``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import numpy as np
+
+from ..gpu._info import GpuInfo
+from ..gpu._memory import Buffer
+from ..gpu._pipeline import SpecValue
+from ..shader._options import ShaderOptions
+from ._base import Layer
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """One pipeline a layer needs: a builtin shader, its constants and its local size."""
+
+    shader: str
+    specializations: tuple[SpecValue, ...] = ()
+    local_size: tuple[int, int, int] = (64, 1, 1)
+
+
+@dataclass
+class GpuBlob:
+    """A blob on the device: a float32 buffer and its (CPU-layout) shape."""
+
+    buffer: Buffer
+    shape: Shape
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class RecordContext(Protocol):
+    """What the runtime gives a layer while recording."""
+
+    info: GpuInfo
+
+    def dispatch(
+        self,
+        pipeline: str,
+        buffers: Sequence[Buffer | GpuBlob],
+        push: bytes,
+        groups: tuple[int, int, int],
+    ) -> None:
+        """Dispatch the layer's pipeline ``pipeline`` (a key of its pipeline_specs)."""
+        ...
+
+    def weight(self, name: str) -> Buffer:
+        """The uploaded weight ``name`` (a key of the layer's weights())."""
+        ...
+
+    def scratch(self, nbytes: int) -> Buffer:
+        """A temporary buffer that lives as long as the recorded plan."""
+        ...
+
+    def barrier(self) -> None:
+        """Make earlier writes of this layer visible to its later dispatches."""
+        ...
+
+
+class VulkanLayer:
+    """Base class of GPU layer implementations. Subclasses register with ``@vulkan_layer``."""
+
+    type_name: ClassVar[str] = ""
+
+    def __init__(self, layer: Layer, options: ShaderOptions, info: GpuInfo) -> None:
+        self.layer = layer
+        self.options = options
+        self.info = info
+
+    def supports(self, input_shapes: Sequence[Shape]) -> bool:
+        """False sends this layer to its CPU reference for these shapes."""
+        return True
+
+    def pipeline_specs(self) -> dict[str, PipelineSpec]:
+        raise NotImplementedError
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        raise NotImplementedError
+
+    # -- helpers for subclasses -----------------------------------------------------------
+
+    def local_size_1d(self) -> tuple[int, int, int]:
+        """A 1-D local size that fits the device (64, or less on small devices)."""
+        return (min(64, self.info.limits.max_compute_workgroup_invocations), 1, 1)
+
+    @staticmethod
+    def groups_1d(n: int, local: tuple[int, int, int]) -> tuple[int, int, int]:
+        return (max(1, -(-n // local[0])), 1, 1)
+
+
+def pack_push(fmt: str, *values: Any) -> bytes:
+    """Little-endian push constants (``i`` int, ``f`` float), e.g. ``pack_push("iif", w, h, s)``."""
+    return struct.pack("<" + fmt, *values)
+
+
+def shape4(shape: Shape) -> tuple[int, int, int, int]:
+    """(w, h, d, c) of a CPU-layout shape, ncnn-style, with 1 for missing dims."""
+    if len(shape) == 1:
+        return (shape[0], 1, 1, 1)
+    if len(shape) == 2:
+        return (shape[1], shape[0], 1, 1)
+    if len(shape) == 3:
+        return (shape[2], shape[1], 1, shape[0])
+    if len(shape) == 4:
+        return (shape[3], shape[2], shape[1], shape[0])
+    raise ValueError(f"blobs have 1 to 4 dims, got {shape}")
+
+
+_VL = TypeVar("_VL", bound=type[VulkanLayer])
+_VULKAN: dict[str, type[VulkanLayer]] = {}
+
+
+def vulkan_layer(type_name: str) -> Callable[[_VL], _VL]:
+    """Class decorator: the GPU implementation of ncnn layer ``type_name``."""
+
+    def decorate(cls: _VL) -> _VL:
+        if type_name in _VULKAN:
+            raise ValueError(f"vulkan layer {type_name!r} registered twice")
+        cls.type_name = type_name
+        _VULKAN[type_name] = cls
+        return cls
+
+    return decorate
+
+
+def vulkan_layer_class(type_name: str) -> type[VulkanLayer] | None:
+    return _VULKAN.get(type_name)
+
+
+def vulkan_layer_types() -> tuple[str, ...]:
+    return tuple(sorted(_VULKAN))

@@ -1,0 +1,425 @@
+"""Net: ncnn's API with the slow parts awaitable.
+
+``load_model`` asks the PipelineCache for every pipeline of every GPU layer at once and uploads
+weights while they build, so a cold start costs the slowest pipeline rather than the sum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import anyio
+import numpy as np
+
+from .._errors import ModelFormatError
+from ..gpu._memory import Buffer
+from ..gpu._pipeline import PipelineArtifact
+from ..layers._base import Layer
+from ..layers._registry import layer_class, layer_types
+from ..layers._vulkan import VulkanLayer, vulkan_layer_class
+from ._modelbin import ModelBinReader
+from ._option import Option
+from ._param_parser import ParamFile, parse_param
+from ._plan import Plan, PlanError
+
+Progress = Callable[[int, int], None]
+_FEATMASK_NO_VULKAN = 1 << 4
+
+
+def _import_layers() -> None:
+    from ..layers import _all  # noqa: F401  (registers every CPU layer)
+    from ..layers.vulkan import _all as _vk_all  # noqa: F401  (registers every GPU layer)
+
+
+@dataclass(eq=False)
+class _Node:
+    index: int
+    layer: Layer
+    bottoms: list[int]
+    tops: list[int]
+    line: int
+    vulkan: VulkanLayer | None = None
+    pipelines: dict[str, PipelineArtifact] = field(default_factory=dict)
+    weight_buffers: dict[str, Buffer] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadStatistics:
+    load_param_s: float = 0.0
+    load_model_s: float = 0.0
+    read_weights_s: float = 0.0
+    pipelines_s: float = 0.0
+    upload_s: float = 0.0
+    pipelines_requested: int = 0
+    gpu_layers: int = 0
+    cpu_layers: int = 0
+
+
+class Net:
+    """An ncnn network: ``load_param``, ``load_model``, then extractors."""
+
+    def __init__(self, opt: Option | None = None) -> None:
+        self.opt = opt or Option()
+        self.nodes: list[_Node] = []
+        self.blob_names: list[str] = []
+        self.blob_index: dict[str, int] = {}
+        self.producer: dict[int, int] = {}
+        self.param: ParamFile | None = None
+        self.loaded = False
+        self.device: Any = None
+        self.cache: Any = None
+        self._owns_cache = False
+        self.storage_fp16 = False
+        self.use_vulkan = False
+        self.commands_recorded = 0
+        self.load_stats = LoadStatistics()
+        self._plans: dict[tuple[Any, ...], list[Plan]] = {}
+        self._idle: dict[tuple[Any, ...], list[Plan]] = {}
+        self._plan_cond: asyncio.Condition | None = None
+        self._closed = False
+
+    # -- loading -------------------------------------------------------------------------------
+
+    async def load_param(self, source: str | os.PathLike[str] | bytes | IO[Any]) -> None:
+        """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
+        start = time.perf_counter()
+        _import_layers()
+        param = await anyio.to_thread.run_sync(
+            lambda: parse_param(source, known_types=layer_types())
+        )
+        nodes: list[_Node] = []
+        blob_index: dict[str, int] = {name: i for i, name in enumerate(param.blob_names)}
+        producer: dict[int, int] = {}
+        for i, decl in enumerate(param.layers):
+            cls = layer_class(decl.type)
+            if cls is None:  # the parser checks too; this keeps the invariant local
+                raise ModelFormatError(
+                    f"unknown layer type {decl.type!r}",
+                    file=param.source,
+                    line=decl.line,
+                    layer=decl.name,
+                )
+            layer = cls()
+            layer.name = decl.name
+            layer.bottoms = list(decl.bottoms)
+            layer.tops = list(decl.tops)
+            layer.featmask = decl.params.get_int(31, 0) if 31 in decl.params else 0
+            try:
+                layer.load_param(decl.params)
+            except (ValueError, TypeError) as exc:
+                raise ModelFormatError(
+                    str(exc), file=param.source, line=decl.line, layer=decl.name
+                ) from exc
+            node = _Node(
+                i,
+                layer,
+                [blob_index[b] for b in decl.bottoms],
+                [blob_index[t] for t in decl.tops],
+                decl.line,
+            )
+            for t in node.tops:
+                producer[t] = i
+            nodes.append(node)
+        self.param = param
+        self.nodes = nodes
+        self.blob_names = list(param.blob_names)
+        self.blob_index = blob_index
+        self.producer = producer
+        self.loaded = False
+        self.load_stats = LoadStatistics(load_param_s=time.perf_counter() - start)
+
+    async def load_model(
+        self,
+        source: str | os.PathLike[str] | bytes | IO[Any],
+        *,
+        progress: Progress | None = None,
+    ) -> None:
+        """Read weights, then build every pipeline concurrently while weights upload."""
+        if self.param is None:
+            raise ModelFormatError("load_param must be called before load_model")
+        start = time.perf_counter()
+        reader = await anyio.to_thread.run_sync(ModelBinReader.open, source)
+        await anyio.to_thread.run_sync(self._read_weights, reader)
+        read_s = time.perf_counter() - start
+        self._setup_device()
+        total = len(self.nodes)
+        done = 0
+        pipelines_s = upload_s = 0.0
+        requested = 0
+        if self.use_vulkan:
+            self._create_vulkan_layers()
+            gpu_nodes = [n for n in self.nodes if n.vulkan is not None]
+            futures: list[tuple[_Node, str, Any]] = []
+            for node in gpu_nodes:
+                assert node.vulkan is not None
+                for key, spec in node.vulkan.pipeline_specs().items():
+                    fut = self.cache.request_builtin(
+                        spec.shader,
+                        options=self.opt.shader_options(),
+                        specializations=spec.specializations,
+                        local_size=spec.local_size,
+                    )
+                    futures.append((node, key, fut))
+            requested = len(futures)
+            t0 = time.perf_counter()
+            upload = asyncio.ensure_future(
+                anyio.to_thread.run_sync(self._upload_weights, gpu_nodes)
+            )
+            try:
+                pending_per_node: dict[int, int] = {}
+                for node, _key, _fut in futures:
+                    pending_per_node[node.index] = pending_per_node.get(node.index, 0) + 1
+                done = total - len(pending_per_node)
+                if progress:
+                    progress(done, total)
+                waiters = [asyncio.shield(asyncio.wrap_future(fut)) for _node, _key, fut in futures]
+                for (node, key, _fut), waiter in zip(futures, waiters, strict=True):
+                    node.pipelines[key] = await waiter
+                    pending_per_node[node.index] -= 1
+                    if pending_per_node[node.index] == 0:
+                        done += 1
+                        if progress:
+                            progress(done, total)
+                pipelines_s = time.perf_counter() - t0
+                await upload
+                upload_s = time.perf_counter() - t0
+            except BaseException:
+                for waiter in waiters if "waiters" in locals() else []:
+                    waiter.cancel()
+                if not upload.done():
+                    upload.cancel()
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await upload
+                    except BaseException:
+                        pass
+                self._release_gpu_state()
+                raise
+        elif progress:
+            progress(total, total)
+        gpu = sum(1 for n in self.nodes if n.vulkan is not None)
+        self.load_stats = LoadStatistics(
+            load_param_s=self.load_stats.load_param_s,
+            load_model_s=time.perf_counter() - start,
+            read_weights_s=read_s,
+            pipelines_s=pipelines_s,
+            upload_s=upload_s,
+            pipelines_requested=requested,
+            gpu_layers=gpu,
+            cpu_layers=total - gpu,
+        )
+        self.loaded = True
+
+    def _read_weights(self, reader: ModelBinReader) -> None:
+        assert self.param is not None
+        for node in self.nodes:
+            reader.current_layer = node.layer.name
+            try:
+                node.layer.load_model(reader)
+            except ModelFormatError:
+                raise
+            except (ValueError, TypeError) as exc:
+                raise ModelFormatError(
+                    str(exc), file=reader.source, line=node.line, layer=node.layer.name
+                ) from exc
+        reader.current_layer = None
+        reader.check_end()
+
+    def _setup_device(self) -> None:
+        from ..gpu._device import get_gpu_device
+        from ..gpu._instance import get_gpu_count
+
+        use = self.opt.use_vulkan_compute
+        if use is None:
+            use = get_gpu_count() > 0
+        self.use_vulkan = bool(use)
+        if not self.use_vulkan:
+            return
+        if self.opt.pipeline_cache is not None:
+            self.cache = self.opt.pipeline_cache
+            self.device = self.cache.device
+            self._owns_cache = False
+        elif self.cache is None or self.cache.closed:
+            from ..cache._pipeline_cache import PipelineCache
+
+            self.device = get_gpu_device(self.opt.vulkan_device)
+            self.cache = PipelineCache(self.device, max_workers=self.opt.num_compile_threads)
+            self._owns_cache = True
+        info = self.device.info
+        self.storage_fp16 = self.opt.use_fp16_storage and info.support_fp16_storage
+
+    def _create_vulkan_layers(self) -> None:
+        info = self.device.info
+        options = self.opt.shader_options().supported_on(info)
+        for node in self.nodes:
+            node.vulkan = None
+            node.pipelines = {}
+            if node.layer.featmask & _FEATMASK_NO_VULKAN:
+                continue
+            cls = vulkan_layer_class(node.layer.type_name)
+            if cls is not None:
+                node.vulkan = cls(node.layer, options, info)
+
+    def _upload_weights(self, nodes: list[_Node]) -> None:
+        dtype = np.float16 if self.storage_fp16 else np.float32
+        for node in nodes:
+            assert node.vulkan is not None
+            for name, array in node.vulkan.weights().items():
+                node.weight_buffers[name] = self.device.upload_sync(
+                    np.ascontiguousarray(array, dtype=dtype)
+                )
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def create_extractor(self) -> Extractor:
+        if not self.loaded:
+            raise RuntimeError("load_model must finish before create_extractor")
+        return Extractor(self)
+
+    def _plan_key(self, shapes: dict[int, tuple[int, ...]], target: int) -> tuple[Any, ...]:
+        return (target, tuple(sorted(shapes.items())))
+
+    async def _acquire_plan(self, shapes: dict[int, tuple[int, ...]], target: int) -> Plan:
+        if self._plan_cond is None:
+            self._plan_cond = asyncio.Condition()
+        key = self._plan_key(shapes, target)
+        async with self._plan_cond:
+            while True:
+                idle = self._idle.setdefault(key, [])
+                if idle:
+                    return idle.pop()
+                plans = self._plans.setdefault(key, [])
+                if len(plans) < self.opt.max_plans_per_shape:
+                    break
+                await self._plan_cond.wait()
+            self._evict_other_shapes(key)
+        plan = await anyio.to_thread.run_sync(lambda: Plan(self, shapes, target))
+        self._plans.setdefault(key, []).append(plan)
+        return plan
+
+    def _evict_other_shapes(self, keep: tuple[Any, ...], max_shapes: int = 8) -> None:
+        """Keep plans for at most ``max_shapes`` shapes: drop idle plans of the oldest."""
+        while len(self._plans) >= max_shapes:
+            for key in list(self._plans):
+                if key != keep and len(self._idle.get(key, [])) == len(self._plans[key]):
+                    for plan in self._plans.pop(key):
+                        plan.release()
+                    self._idle.pop(key, None)
+                    break
+            else:
+                return
+
+    async def _release_plan(
+        self, plan: Plan, shapes: dict[int, tuple[int, ...]], target: int
+    ) -> None:
+        assert self._plan_cond is not None
+        key = self._plan_key(shapes, target)
+        async with self._plan_cond:
+            if plan in self._plans.get(key, []):
+                self._idle.setdefault(key, []).append(plan)
+            else:
+                plan.release()
+            self._plan_cond.notify()
+
+    async def _run_cpu(self, inputs: dict[int, np.ndarray], target: int) -> np.ndarray:
+        def run() -> np.ndarray:
+            host = dict(inputs)
+            wanted = {target}
+            needed = set()
+            for node in reversed(self.nodes):
+                if any(t in wanted for t in node.tops) and not all(t in host for t in node.tops):
+                    needed.add(node.index)
+                    wanted.update(node.bottoms)
+            for node in self.nodes:
+                if node.index not in needed:
+                    continue
+                missing = [self.blob_names[b] for b in node.bottoms if b not in host]
+                if missing:
+                    raise PlanError(f"input blob(s) {missing} were not set")
+                outs = node.layer.forward([host[b] for b in node.bottoms])
+                for t, value in zip(node.tops, outs, strict=True):
+                    host[t] = value
+            return np.asarray(host[target], dtype=np.float32)
+
+        return await anyio.to_thread.run_sync(run)
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def _release_gpu_state(self) -> None:
+        for plans in self._plans.values():
+            for plan in plans:
+                plan.release()
+        self._plans.clear()
+        self._idle.clear()
+        for node in self.nodes:
+            for buf in node.weight_buffers.values():
+                buf.release()
+            node.weight_buffers = {}
+            node.pipelines = {}
+        self.loaded = False
+
+    def close(self) -> None:
+        """Release plans, weights and (when owned) the pipeline cache. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._release_gpu_state()
+        if self._owns_cache and self.cache is not None:
+            self.cache.close()
+        self.cache = None
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self.close)
+
+    async def __aenter__(self) -> Net:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.param.input_names) if self.param else []
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.param.output_names) if self.param else []
+
+
+class Extractor:
+    """One inference's inputs; ``await extract(name)`` runs what that output needs."""
+
+    def __init__(self, net: Net) -> None:
+        self.net = net
+        self._inputs: dict[int, np.ndarray] = {}
+
+    def input(self, name: str, array: np.ndarray) -> None:
+        """Set an input blob: CHW (or any ncnn layout), or NCHW with N == 1."""
+        index = self.net.blob_index.get(name)
+        if index is None:
+            raise KeyError(f"no blob named {name!r} (inputs: {self.net.input_names})")
+        data = np.asarray(array, dtype=np.float32)
+        if data.ndim == 4 and data.shape[0] == 1:
+            data = data[0]
+        if data.ndim not in (1, 2, 3, 4):
+            raise ValueError(f"input {name!r} must have 1 to 4 dims, got shape {data.shape}")
+        self._inputs[index] = np.ascontiguousarray(data)
+
+    async def extract(self, name: str) -> np.ndarray:
+        net = self.net
+        target = net.blob_index.get(name)
+        if target is None:
+            raise KeyError(f"no blob named {name!r} (outputs: {net.output_names})")
+        if not net.use_vulkan:
+            return await net._run_cpu(self._inputs, target)
+        shapes = {b: tuple(a.shape) for b, a in self._inputs.items()}
+        plan = await net._acquire_plan(shapes, target)
+        try:
+            return await plan.run(self._inputs)
+        finally:
+            await net._release_plan(plan, shapes, target)

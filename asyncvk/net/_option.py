@@ -1,0 +1,39 @@
+"""Option: how a Net loads and runs (ncnn's ``Option``, with the cache settings added)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..shader._options import ShaderOptions
+
+if TYPE_CHECKING:
+    from ..cache._pipeline_cache import PipelineCache
+
+
+@dataclass
+class Option:
+    """Settings read at ``load_model`` time.
+
+    ``use_vulkan_compute`` defaults to on when a Vulkan device exists (resolved at load).
+    ``pipeline_cache`` shares one PipelineCache between Nets; without it each Net owns one.
+    ``cache_dir`` + ``graph_key`` turn on the managed cache folder.
+    """
+
+    use_vulkan_compute: bool | None = None
+    vulkan_device: int | None = None
+    use_fp16_storage: bool = False
+    use_fp16_arithmetic: bool = False
+    use_shape_hints: bool = False
+    num_compile_threads: int | None = None
+    max_plans_per_shape: int = 8
+    pipeline_cache: PipelineCache | None = None
+    cache_dir: str | Path | None = None
+    graph_key: str | None = None
+
+    def shader_options(self) -> ShaderOptions:
+        return ShaderOptions(
+            use_fp16_storage=self.use_fp16_storage,
+            use_fp16_arithmetic=self.use_fp16_arithmetic,
+        )
