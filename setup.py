@@ -12,7 +12,7 @@ class BuildPyWithShaders(build_py):
         super().run()
         target = Path(self.build_lib) / "asyncvk" / "shaders"
         target.mkdir(parents=True, exist_ok=True)
-        for source in sorted(Path("shaders").glob("*.comp")):
+        for source in sorted([*Path("shaders").glob("*.comp"), *Path("shaders").glob("*.h")]):
             (target / source.name).write_bytes(source.read_bytes())
 
 

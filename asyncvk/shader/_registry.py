@@ -49,10 +49,26 @@ class ShaderRegistry:
                 if self._shaders is None:
                     shaders = {}
                     for path in sorted(self.directory.glob("*.comp")):
-                        text = path.read_text(encoding="utf-8")
+                        text = self._expand(path.read_text(encoding="utf-8"), path.name)
                         shaders[path.stem] = BuiltinShader(path.stem, text, source_hash(text))
                     self._shaders = shaders
         return self._shaders
+
+    def _expand(self, text: str, name: str) -> str:
+        """Inline ``#include "x.h"`` lines from the shader folder (hashed with the source)."""
+        out = []
+        for number, line in enumerate(text.split("\n"), start=1):
+            stripped = line.strip()
+            if stripped.startswith("#include"):
+                target = stripped[len("#include") :].strip().strip('"<>')
+                path = self.directory / target
+                if not path.is_file():
+                    raise FileNotFoundError(f"{name}:{number}: include {target!r} not found")
+                out.append(path.read_text(encoding="utf-8").rstrip("\n"))
+                out.append(f"#line {number + 1}")
+            else:
+                out.append(line)
+        return "\n".join(out)
 
     def get(self, name: str) -> BuiltinShader:
         try:

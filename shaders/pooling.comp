@@ -1,0 +1,63 @@
+#version 450
+// Max / average pooling, global and adaptive included. Sizes, kernel, stride and pads are push
+// constants (global pooling's kernel is the input size), so pooling layers of one type share a
+// pipeline. For average pooling with count_include_pad the divisor counts the declared pads but
+// not the tail padding that ncnn's "full" pad mode adds (pad_right/pad_bottom are the declared
+// pads; reads beyond them are still skipped).
+layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
+
+layout(constant_id = 0) const int pooling_type = 0;  // 0 max, 1 avg
+layout(constant_id = 1) const int count_include_pad = 0;
+layout(constant_id = 2) const int adaptive = 0;
+
+layout(binding = 0) readonly buffer In { sfp x_in[]; };
+layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
+
+layout(push_constant) uniform Params {
+    int w; int h; int c;
+    int outw; int outh;
+    int kernel_w; int kernel_h;
+    int stride_w; int stride_h;
+    int pad_left; int pad_top; int pad_right; int pad_bottom;
+} p;
+
+void main() {
+    int ox = int(gl_GlobalInvocationID.x);
+    int oy = int(gl_GlobalInvocationID.y);
+    int ch = int(gl_GlobalInvocationID.z);
+    if (ox >= p.outw || oy >= p.outh || ch >= p.c) return;
+
+    int x0, x1, y0, y1;
+    if (adaptive == 1) {
+        x0 = (ox * p.w) / p.outw;
+        x1 = ((ox + 1) * p.w + p.outw - 1) / p.outw;
+        y0 = (oy * p.h) / p.outh;
+        y1 = ((oy + 1) * p.h + p.outh - 1) / p.outh;
+    } else {
+        x0 = ox * p.stride_w - p.pad_left;
+        y0 = oy * p.stride_h - p.pad_top;
+        x1 = x0 + p.kernel_w;
+        y1 = y0 + p.kernel_h;
+    }
+    int plane = ch * p.w * p.h;
+    float acc = pooling_type == 0 ? -3.402823466e+38 : 0.0;
+    int count = 0;
+    for (int y = max(y0, 0); y < min(y1, p.h); y++) {
+        for (int x = max(x0, 0); x < min(x1, p.w); x++) {
+            float v = float(x_in[plane + y * p.w + x]);
+            if (pooling_type == 0) acc = max(acc, v); else acc += v;
+            count++;
+        }
+    }
+    if (pooling_type == 1) {
+        if (adaptive == 0 && count_include_pad == 1) {
+            int cx0 = max(x0, -p.pad_left);
+            int cx1 = min(x1, p.w + p.pad_right);
+            int cy0 = max(y0, -p.pad_top);
+            int cy1 = min(y1, p.h + p.pad_bottom);
+            count = max(cx1 - cx0, 0) * max(cy1 - cy0, 0);
+        }
+        acc = count > 0 ? acc / float(count) : 0.0;
+    }
+    x_out[(ch * p.outh + oy) * p.outw + ox] = sfp(acc);
+}

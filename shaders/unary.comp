@@ -1,0 +1,72 @@
+#version 450
+// Elementwise activations and UnaryOp in one shader: the op is a specialization constant, so
+// identical layers share one pipeline and every op shares one SPIR-V compile.
+//   0 identity   1 relu/leaky(a=slope)   2 clip(a=min, b=max)   3 sigmoid   4 tanh
+//   5 swish      6 hardsigmoid(a=alpha, b=beta)   7 hardswish(a=alpha, b=beta)   8 mish
+//   9 elu(a=alpha)   10 gelu erf   11 gelu tanh   12 abs   13 neg   14 floor   15 ceil
+//   16 square   17 sqrt   18 rsqrt   19 exp   20 log   21 sin   22 cos   23 tan   24 asin
+//   25 acos   26 atan   27 reciprocal   28 log10   29 round (half to even)   30 trunc
+//   31 scale(a): x * a
+layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
+
+layout(constant_id = 0) const int op = 0;
+layout(constant_id = 1) const float a = 0.0;
+layout(constant_id = 2) const float b = 0.0;
+
+layout(binding = 0) readonly buffer In { sfp x_in[]; };
+layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
+
+layout(push_constant) uniform Params { int n; } p;
+
+float activate(float x) {
+    if (op == 0) return x;
+    if (op == 1) return x > 0.0 ? x : x * a;
+    if (op == 2) return clamp(x, a, b);
+    if (op == 3) return 1.0 / (1.0 + exp(-x));
+    if (op == 4) return tanh(x);
+    if (op == 5) return x / (1.0 + exp(-x));
+    if (op == 6) return clamp(x * a + b, 0.0, 1.0);
+    if (op == 7) return x * clamp(x * a + b, 0.0, 1.0);
+    if (op == 8) return x * tanh(x > 20.0 ? x : log(1.0 + exp(x)));
+    if (op == 9) return x > 0.0 ? x : a * (exp(x) - 1.0);
+    if (op == 10) {
+        // erf via Abramowitz-Stegun 7.1.26 refined: max error 1.5e-7
+        float z = abs(x) * 0.70710678118654752;
+        float t = 1.0 / (1.0 + 0.3275911 * z);
+        float y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t
+                          - 0.284496736) * t + 0.254829592) * t * exp(-z * z);
+        float e = x >= 0.0 ? y : -y;
+        return 0.5 * x * (1.0 + e);
+    }
+    if (op == 11) {
+        float inner = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
+        return 0.5 * x * (1.0 + tanh(inner));
+    }
+    if (op == 12) return abs(x);
+    if (op == 13) return -x;
+    if (op == 14) return floor(x);
+    if (op == 15) return ceil(x);
+    if (op == 16) return x * x;
+    if (op == 17) return sqrt(x);
+    if (op == 18) return inversesqrt(x);
+    if (op == 19) return exp(x);
+    if (op == 20) return log(x);
+    if (op == 21) return sin(x);
+    if (op == 22) return cos(x);
+    if (op == 23) return tan(x);
+    if (op == 24) return asin(x);
+    if (op == 25) return acos(x);
+    if (op == 26) return atan(x);
+    if (op == 27) return 1.0 / x;
+    if (op == 28) return log(x) * 0.43429448190325182765;
+    if (op == 29) return roundEven(x);
+    if (op == 30) return trunc(x);
+    if (op == 31) return x * a;
+    return x;
+}
+
+void main() {
+    int i = int(gl_GlobalInvocationID.x);
+    if (i >= p.n) return;
+    x_out[i] = sfp(activate(float(x_in[i])));
+}
