@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+
 from asyncvk.cache import PipelineCache
 from asyncvk.gpu import (
     CommandRecorder,
