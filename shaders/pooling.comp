@@ -1,9 +1,8 @@
 #version 450
 // Max / average pooling, global and adaptive included. Sizes, kernel, stride and pads are push
 // constants (global pooling's kernel is the input size), so pooling layers of one type share a
-// pipeline. For average pooling with count_include_pad the divisor counts the declared pads but
-// not the tail padding that ncnn's "full" pad mode adds (pad_right/pad_bottom are the declared
-// pads; reads beyond them are still skipped).
+// pipeline. Average pooling divides by the real pixels in the window, or with
+// count_include_pad by the whole kernel area, as ncnn does (pads read as nothing).
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int pooling_type = 0;  // 0 max, 1 avg
@@ -50,13 +49,7 @@ void main() {
         }
     }
     if (pooling_type == 1) {
-        if (adaptive == 0 && count_include_pad == 1) {
-            int cx0 = max(x0, -p.pad_left);
-            int cx1 = min(x1, p.w + p.pad_right);
-            int cy0 = max(y0, -p.pad_top);
-            int cy1 = min(y1, p.h + p.pad_bottom);
-            count = max(cx1 - cx0, 0) * max(cy1 - cy0, 0);
-        }
+        if (adaptive == 0 && count_include_pad == 1) count = p.kernel_w * p.kernel_h;
         acc = count > 0 ? acc / float(count) : 0.0;
     }
     x_out[(ch * p.outh + oy) * p.outw + ox] = sfp(acc);

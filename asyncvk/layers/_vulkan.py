@@ -20,6 +20,7 @@ import numpy as np
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import SpecValue
+from ..net._paramdict import ParamDict
 from ..shader._options import ShaderOptions
 from ._base import Layer
 
@@ -73,6 +74,10 @@ class RecordContext(Protocol):
         """A temporary buffer that lives as long as the recorded plan."""
         ...
 
+    def constant(self, array: np.ndarray) -> Buffer:
+        """Upload plan-time data (index maps, per-shape tables); lives as long as the plan."""
+        ...
+
     def barrier(self) -> None:
         """Make earlier writes of this layer visible to its later dispatches."""
         ...
@@ -83,10 +88,28 @@ class VulkanLayer:
 
     type_name: ClassVar[str] = ""
 
-    def __init__(self, layer: Layer, options: ShaderOptions, info: GpuInfo) -> None:
+    #: True for layers whose outputs share the input's bytes (Split, Reshape, Noop, ...).
+    alias: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        layer: Layer,
+        options: ShaderOptions,
+        info: GpuInfo,
+        params: ParamDict,
+        weight_data: Sequence[np.ndarray] = (),
+    ) -> None:
+        """``params`` and ``weight_data`` (the arrays in ncnn load order) are the layer as the
+        file wrote it, so a GPU layer depends on ncnn's format, not on the CPU class."""
         self.layer = layer
         self.options = options
         self.info = info
+        self.params = params
+        self.weight_data = list(weight_data)
+        self.setup()
+
+    def setup(self) -> None:
+        """Read params and weights (called once from the constructor)."""
 
     def supports(self, input_shapes: Sequence[Shape]) -> bool:
         """False sends this layer to its CPU reference for these shapes."""

@@ -43,6 +43,8 @@ class _Node:
     bottoms: list[int]
     tops: list[int]
     line: int
+    params: Any = None
+    weight_data: list[np.ndarray] = field(default_factory=list)
     vulkan: VulkanLayer | None = None
     pipelines: dict[str, PipelineArtifact] = field(default_factory=dict)
     weight_buffers: dict[str, Buffer] = field(default_factory=dict)
@@ -58,6 +60,19 @@ class LoadStatistics:
     pipelines_requested: int = 0
     gpu_layers: int = 0
     cpu_layers: int = 0
+
+
+class _RecordingBin:
+    """A ModelBin that remembers what each layer read, in order (for its GPU twin)."""
+
+    def __init__(self, inner: ModelBinReader) -> None:
+        self.inner = inner
+        self.arrays: list[np.ndarray] = []
+
+    def load(self, w: int, type: int) -> np.ndarray:
+        array = self.inner.load(w, type)
+        self.arrays.append(array)
+        return array
 
 
 class Net:
@@ -121,6 +136,7 @@ class Net:
                 [blob_index[b] for b in decl.bottoms],
                 [blob_index[t] for t in decl.tops],
                 decl.line,
+                params=decl.params,
             )
             for t in node.tops:
                 producer[t] = i
@@ -219,8 +235,10 @@ class Net:
         assert self.param is not None
         for node in self.nodes:
             reader.current_layer = node.layer.name
+            recording = _RecordingBin(reader)
             try:
-                node.layer.load_model(reader)
+                node.layer.load_model(recording)
+                node.weight_data = recording.arrays
             except ModelFormatError:
                 raise
             except (ValueError, TypeError) as exc:
@@ -263,7 +281,7 @@ class Net:
                 continue
             cls = vulkan_layer_class(node.layer.type_name)
             if cls is not None:
-                node.vulkan = cls(node.layer, options, info)
+                node.vulkan = cls(node.layer, options, info, node.params, node.weight_data)
 
     def _upload_weights(self, nodes: list[_Node]) -> None:
         dtype = np.float16 if self.storage_fp16 else np.float32

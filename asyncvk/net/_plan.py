@@ -86,6 +86,11 @@ class _Context:
         self._plan.owned.append(buf)
         return buf
 
+    def constant(self, array: np.ndarray) -> Buffer:
+        buf = self._plan.net.device.upload_sync(np.ascontiguousarray(array))
+        self._plan.owned.append(buf)
+        return buf
+
     def barrier(self) -> None:
         self._rec.barrier()
 

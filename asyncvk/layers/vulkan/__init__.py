@@ -1,0 +1,1 @@
+"""GPU implementations of ncnn layers (one module per shader family), registered by type name."""

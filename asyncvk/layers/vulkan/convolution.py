@@ -1,0 +1,211 @@
+"""Convolution-family GPU layers: Convolution, ConvolutionDepthWise, Deconvolution,
+DeconvolutionDepthWise (``convolution.comp`` / ``deconvolution.comp``) and InnerProduct."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._vulkan import GpuBlob, PipelineSpec, RecordContext, VulkanLayer, pack_push
+from .._vulkan import vulkan_layer as register
+
+_LOCAL_2D = (8, 8, 1)
+_FLT_MAX = 3.402823466e38
+
+
+def _activation(params: object) -> tuple[int, float, float]:
+    """ncnn activation_type 9 and its params 10 as (type, a, b) for ``activation.h``."""
+    pd = params
+    kind = pd.get_int(9, 0)  # type: ignore[attr-defined]
+    values = pd.get_floats(10, ())  # type: ignore[attr-defined]
+    if kind == 2:
+        return (2, values[0] if values else 0.0, 0.0)
+    if kind == 3:
+        lo = values[0] if len(values) > 0 else -_FLT_MAX
+        hi = values[1] if len(values) > 1 else _FLT_MAX
+        return (3, lo, hi)
+    if kind == 6:
+        return (6, values[0] if values else 0.2, values[1] if len(values) > 1 else 0.5)
+    if kind not in (0, 1, 4, 5):
+        raise ValueError(f"activation_type {kind} is not supported")
+    return (kind, 0.0, 0.0)
+
+
+def _same_pad(size: int, kernel: int, dilation: int, stride: int, mode: int) -> tuple[int, int]:
+    """ncnn's SAME_UPPER (-233) / SAME_LOWER (-234) split of the total padding."""
+    extent = dilation * (kernel - 1) + 1
+    # ncnn: wpad = kernel_extent_w + (w - 1) / stride_w * stride_w - w
+    total = max(extent + (size - 1) // stride * stride - size, 0)
+    if mode == -233:
+        return (total // 2, total - total // 2)
+    return (total - total // 2, total // 2)
+
+
+class _ConvBase(VulkanLayer):
+    depthwise = False
+
+    def setup(self) -> None:
+        pd = self.params
+        self.num_output = pd.get_int(0, 0)
+        self.kernel_w = pd.get_int(1, 0)
+        self.kernel_h = pd.get_int(11, self.kernel_w)
+        self.dilation_w = pd.get_int(2, 1)
+        self.dilation_h = pd.get_int(12, self.dilation_w)
+        self.stride_w = pd.get_int(3, 1)
+        self.stride_h = pd.get_int(13, self.stride_w)
+        self.pad_left = pd.get_int(4, 0)
+        self.pad_right = pd.get_int(15, self.pad_left)
+        self.pad_top = pd.get_int(14, self.pad_left)
+        self.pad_bottom = pd.get_int(16, self.pad_top)
+        self.pad_value = pd.get_float(18, 0.0)
+        self.bias_term = pd.get_int(5, 0)
+        self.group = pd.get_int(7, 1) if self.depthwise else 1
+        self.act = _activation(pd)
+        if pd.get_int(8, 0):
+            raise ValueError("int8 quantized convolution is not supported")
+
+    def _pads(self, w: int, h: int) -> tuple[int, int]:
+        left, top = self.pad_left, self.pad_top
+        if left in (-233, -234):
+            left = _same_pad(w, self.kernel_w, self.dilation_w, self.stride_w, left)[0]
+        if top in (-233, -234):
+            top = _same_pad(h, self.kernel_h, self.dilation_h, self.stride_h, top)[0]
+        elif self.pad_left in (-233, -234):
+            top = _same_pad(h, self.kernel_h, self.dilation_h, self.stride_h, self.pad_left)[0]
+        return left, top
+
+    def _specs(self) -> tuple[int | float, ...]:
+        return (
+            self.kernel_w,
+            self.kernel_h,
+            self.dilation_w,
+            self.dilation_h,
+            self.stride_w,
+            self.stride_h,
+            self.group,
+            self.bias_term,
+            self.act[0],
+            float(self.act[1]),
+            float(self.act[2]),
+        )
+
+    def supports(self, input_shapes: list[tuple[int, ...]]) -> bool:  # type: ignore[override]
+        return len(input_shapes) == 1 and len(input_shapes[0]) == 3
+
+    def weights(self) -> dict[str, np.ndarray]:
+        weight = self.weight_data[0]
+        bias = self.weight_data[1] if self.bias_term else np.zeros(1, np.float32)
+        return {"weight": self._arrange(weight), "bias": bias}
+
+    def _arrange(self, weight: np.ndarray) -> np.ndarray:
+        return weight
+
+
+@register("Convolution")
+class Convolution(_ConvBase):
+    def pipeline_specs(self) -> dict[str, PipelineSpec]:
+        return {"conv": PipelineSpec("convolution", (*self._specs(), self.pad_value), _LOCAL_2D)}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        c, h, w = inputs[0].shape
+        oc, oh, ow = outputs[0].shape
+        left, top = self._pads(w, h)
+        push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
+        groups = (math.ceil(ow / 8), math.ceil(oh / 8), oc)
+        ctx.dispatch(
+            "conv", [inputs[0], outputs[0], ctx.weight("weight"), ctx.weight("bias")], push, groups
+        )
+
+
+@register("ConvolutionDepthWise")
+class ConvolutionDepthWise(Convolution):
+    depthwise = True
+
+
+@register("Deconvolution")
+class Deconvolution(_ConvBase):
+    def setup(self) -> None:
+        super().setup()
+        pd = self.params
+        self.output_pad_right = pd.get_int(18, 0)
+        self.output_pad_bottom = pd.get_int(19, self.output_pad_right)
+        self.output_w = pd.get_int(20, 0)
+        self.output_h = pd.get_int(21, self.output_w)
+
+    def _arrange(self, weight: np.ndarray) -> np.ndarray:
+        # stored [group][in/group][out/group][k] -> [out][in/group][k]
+        maxk = self.kernel_w * self.kernel_h
+        total = weight.size // maxk
+        out_pg = self.num_output // self.group
+        in_pg = total // (self.group * out_pg)
+        w = weight.reshape(self.group, in_pg, out_pg, maxk).transpose(0, 2, 1, 3)
+        return np.ascontiguousarray(w).reshape(-1)
+
+    def pipeline_specs(self) -> dict[str, PipelineSpec]:
+        return {"deconv": PipelineSpec("deconvolution", self._specs(), _LOCAL_2D)}
+
+    def _crop(self, w: int, h: int, ow: int, oh: int) -> tuple[int, int]:
+        full_w = (w - 1) * self.stride_w + self.dilation_w * (self.kernel_w - 1) + 1
+        full_h = (h - 1) * self.stride_h + self.dilation_h * (self.kernel_h - 1) + 1
+        full_w += self.output_pad_right
+        full_h += self.output_pad_bottom
+        if max(self.pad_left, self.pad_right, self.pad_top, self.pad_bottom) > 0:
+            return (self.pad_left, self.pad_top)
+        if self.output_w > 0 or self.pad_left in (-233, -234):
+            total_w, total_h = full_w - ow, full_h - oh
+            if self.pad_left == -234:
+                return (total_w - total_w // 2, total_h - total_h // 2)
+            return (total_w // 2, total_h // 2)
+        return (0, 0)
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        c, h, w = inputs[0].shape
+        oc, oh, ow = outputs[0].shape
+        left, top = self._crop(w, h, ow, oh)
+        push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
+        groups = (math.ceil(ow / 8), math.ceil(oh / 8), oc)
+        ctx.dispatch(
+            "deconv",
+            [inputs[0], outputs[0], ctx.weight("weight"), ctx.weight("bias")],
+            push,
+            groups,
+        )
+
+
+@register("DeconvolutionDepthWise")
+class DeconvolutionDepthWise(Deconvolution):
+    depthwise = True
+
+
+@register("InnerProduct")
+class InnerProduct(VulkanLayer):
+    def setup(self) -> None:
+        pd = self.params
+        self.num_output = pd.get_int(0, 0)
+        self.bias_term = pd.get_int(1, 0)
+        self.act = _activation(pd)
+        if pd.get_int(8, 0):
+            raise ValueError("int8 quantized InnerProduct is not supported")
+
+    def supports(self, input_shapes: list[tuple[int, ...]]) -> bool:  # type: ignore[override]
+        # ncnn applies InnerProduct per row for 2-D input; the GPU path flattens only.
+        return len(input_shapes) == 1 and len(input_shapes[0]) != 2
+
+    def weights(self) -> dict[str, np.ndarray]:
+        bias = self.weight_data[1] if self.bias_term else np.zeros(1, np.float32)
+        return {"weight": self.weight_data[0], "bias": bias}
+
+    def pipeline_specs(self) -> dict[str, PipelineSpec]:
+        spec = (self.bias_term, self.act[0], float(self.act[1]), float(self.act[2]))
+        return {"ip": PipelineSpec("innerproduct", spec, (64, 1, 1))}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        n_in = inputs[0].size
+        push = pack_push("2i", n_in, self.num_output)
+        ctx.dispatch(
+            "ip",
+            [inputs[0], outputs[0], ctx.weight("weight"), ctx.weight("bias")],
+            push,
+            (self.num_output, 1, 1),
+        )
