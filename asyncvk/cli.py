@@ -1,13 +1,56 @@
-"""The ``asyncvk`` command line. Errors print one line and exit non-zero (``--debug`` for more)."""
+"""The ``asyncvk`` command line. Every command takes ``--json``; errors print one line and exit
+non-zero (``--debug`` shows the traceback)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import statistics
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
 
 from ._errors import AsyncVkError
+
+
+def _print(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], None]) -> None:
+    if args.json:
+        print(json.dumps(data, indent=2, default=_jsonable))
+    else:
+        text()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    return str(value)
+
+
+class _ProgressBar:
+    """A one-line bar on a terminal; silent when stderr is piped."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.enabled = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        width = 30
+        filled = int(width * done / total)
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+# -- info ---------------------------------------------------------------------------------------
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -16,37 +59,368 @@ def _cmd_info(args: argparse.Namespace) -> int:
     count = get_gpu_count()
     devices = [get_gpu_info(i).as_dict() for i in range(count)]
     default = get_default_gpu_index() if count else None
-    if args.json:
-        print(json.dumps({"default_device": default, "devices": devices}, indent=2))
-        return 0
-    if not devices:
-        print("no Vulkan device found (install mesa-vulkan-drivers for lavapipe)")
-        return 1
-    for d in devices:
-        mark = "*" if d["index"] == default else " "
-        print(f"{mark} [{d['index']}] {d['device_name']} ({d['device_type']})")
-        print(f"      driver  {d['driver_name']} {d['driver_info']} (id {d['driver_id']})")
-        print(
-            f"      api     {d['api_version']}  vendor 0x{d['vendor_id']:04x} "
-            f"device 0x{d['device_id']:04x}  uuid {d['pipeline_cache_uuid']}"
+
+    def text() -> None:
+        if not devices:
+            print("no Vulkan device found (install mesa-vulkan-drivers for lavapipe)")
+        for d in devices:
+            mark = "*" if d["index"] == default else " "
+            print(f"{mark} [{d['index']}] {d['device_name']} ({d['device_type']})")
+            print(f"      driver  {d['driver_name']} {d['driver_info']} (id {d['driver_id']})")
+            print(
+                f"      api     {d['api_version']}  vendor 0x{d['vendor_id']:04x} "
+                f"device 0x{d['device_id']:04x}  uuid {d['pipeline_cache_uuid']}"
+            )
+            print(
+                f"      fp16 storage {d['support_fp16_storage']}  fp16 arith "
+                f"{d['support_fp16_arithmetic']}  int8 {d['support_int8_storage']}  "
+                f"subgroup {d['subgroup_size']}"
+            )
+            flags = [k for k, v in d["quirks"].items() if v is True]
+            print(f"      quirks  {', '.join(flags) or 'none'}")
+
+    _print(args, {"default_device": default, "devices": devices}, text)
+    return 0 if devices or args.json else 1
+
+
+# -- run / bench / warm -------------------------------------------------------------------------
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from ._runner import RunConfig
+
+    if getattr(args, "cache", None) and getattr(args, "cache_dir", None):
+        raise ValueError("use either --cache FILE or --cache-dir DIR --graph-key KEY, not both")
+    if bool(getattr(args, "cache_dir", None)) != bool(getattr(args, "graph_key", None)):
+        raise ValueError("--cache-dir and --graph-key go together")
+    return RunConfig(
+        param=args.param,
+        model=args.bin,
+        cache_file=getattr(args, "cache", None),
+        cache_dir=getattr(args, "cache_dir", None),
+        graph_key=getattr(args, "graph_key", None),
+        device=getattr(args, "device", None),
+        cpu=getattr(args, "cpu", False),
+        fp16=getattr(args, "fp16", False),
+        compile_threads=getattr(args, "compile_threads", None),
+        must_hit=getattr(args, "must_hit", False),
+        progress=_ProgressBar("loading") if not args.json else None,
+    )
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    from ._runner import cache_counters, close_net, default_output, load_npy, open_net
+
+    inputs = [load_npy(s) for s in args.input]
+    outputs = [s.partition("=") for s in args.output]
+    opened = await open_net(_config(args))
+    report = opened.report
+    try:
+        net = opened.net
+        names = [name for name, _, _ in outputs] or [default_output(net)]
+        t0 = time.perf_counter()
+        ex = net.create_extractor()
+        for name, array in inputs:
+            ex.input(name, array)
+        results = {}
+        for name in names:
+            results[name] = await ex.extract(name)
+        report["infer_s"] = time.perf_counter() - t0
+        report["time_to_first_result_s"] = (
+            report["load_param_s"] + report["load_model_s"] + report["infer_s"]
         )
+        report.update(cache_counters(opened))
+        for name, _, path in outputs:
+            if path:
+                np.save(path, results[name])
+        report["outputs"] = {
+            k: {"shape": list(v.shape), "mean": float(v.mean()), "checksum": float(v.sum())}
+            for k, v in results.items()
+        }
+    finally:
+        report.update(await close_net(opened))
+    return report
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    report = asyncio.run(_run(args))
+
+    def text() -> None:
+        print(f"device        {report['device']['name']}")
         print(
-            f"      fp16 storage {d['support_fp16_storage']}  fp16 arith "
-            f"{d['support_fp16_arithmetic']}  int8 {d['support_int8_storage']}  "
-            f"subgroup {d['subgroup_size']}"
+            f"cache         {'loaded' if report['cache_loaded'] else 'cold'} "
+            f"({report['cache_reason']})"
         )
-        flags = [k for k, v in d["quirks"].items() if v is True]
-        print(f"      quirks  {', '.join(flags) or 'none'}")
+        print(f"load_param    {report['load_param_s'] * 1000:9.1f} ms")
+        print(
+            f"load_model    {report['load_model_s'] * 1000:9.1f} ms  "
+            f"({report['pipelines_created']} pipelines created, "
+            f"{report['spirv_compiled']} shaders compiled)"
+        )
+        print(f"inference     {report['infer_s'] * 1000:9.1f} ms")
+        print(f"first result  {report['time_to_first_result_s'] * 1000:9.1f} ms")
+        for name, o in report["outputs"].items():
+            print(f"output {name}: shape {o['shape']} mean {o['mean']:.6g}")
+
+    _print(args, report, text)
     return 0
+
+
+async def _bench(args: argparse.Namespace) -> dict[str, Any]:
+    from ._runner import cache_counters, close_net, default_output, open_net, parse_shape
+
+    shapes = [parse_shape(s) for s in args.shape]
+    if not shapes:
+        raise ValueError("bench needs at least one --shape NAME=C,H,W")
+    opened = await open_net(_config(args))
+    report = opened.report
+    try:
+        net = opened.net
+        target = args.output or default_output(net)
+        rng = np.random.default_rng(0)
+        feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes}
+
+        async def once() -> float:
+            ex = net.create_extractor()
+            for n, a in feeds.items():
+                ex.input(n, a)
+            t = time.perf_counter()
+            await ex.extract(target)
+            return time.perf_counter() - t
+
+        report["first_infer_s"] = await once()
+        for _ in range(args.warmup):
+            await once()
+        times = [await once() for _ in range(args.loops)]
+        report["latency_ms"] = {
+            "min": min(times) * 1000,
+            "median": statistics.median(times) * 1000,
+            "max": max(times) * 1000,
+            "loops": args.loops,
+        }
+        report.update(cache_counters(opened))
+    finally:
+        report.update(await close_net(opened))
+    return report
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    report = asyncio.run(_bench(args))
+
+    def text() -> None:
+        lat = report["latency_ms"]
+        print(f"device       {report['device']['name']}")
+        print(f"load_param   {report['load_param_s'] * 1000:8.1f} ms")
+        print(f"load_model   {report['load_model_s'] * 1000:8.1f} ms")
+        print(f"first infer  {report['first_infer_s'] * 1000:8.1f} ms")
+        print(
+            f"latency      min {lat['min']:.2f}  median {lat['median']:.2f}  "
+            f"max {lat['max']:.2f} ms over {lat['loops']} loops"
+        )
+
+    _print(args, report, text)
+    return 0
+
+
+async def _warm(args: argparse.Namespace) -> dict[str, Any]:
+    from ._runner import cache_counters, close_net, default_output, open_net, parse_shape
+
+    if not args.cache and not args.cache_dir:
+        raise ValueError("cache warm needs --cache FILE or --cache-dir DIR --graph-key KEY")
+    opened = await open_net(_config(args))
+    report = opened.report
+    try:
+        net = opened.net
+        shapes = [parse_shape(s) for s in args.shape]
+        if shapes:
+            ex = net.create_extractor()
+            for n, s in shapes:
+                ex.input(n, np.zeros(s, np.float32))
+            await ex.extract(args.output or default_output(net))
+            report["warmed_shapes"] = {n: list(s) for n, s in shapes}
+        report.update(cache_counters(opened))
+    finally:
+        report.update(await close_net(opened))
+    return report
+
+
+def _cmd_cache_warm(args: argparse.Namespace) -> int:
+    report = asyncio.run(_warm(args))
+
+    def text() -> None:
+        print(
+            f"built {report['pipelines_created']} pipelines "
+            f"({report['spirv_compiled']} shaders compiled) in "
+            f"{report['load_model_s'] * 1000:.1f} ms; saved: {report.get('cache_saved')}"
+        )
+
+    _print(args, report, text)
+    return 0 if report.get("cache_saved", True) else 1
+
+
+# -- cache inspect / verify ---------------------------------------------------------------------
+
+
+def _cmd_cache_inspect(args: argparse.Namespace) -> int:
+    from .cache._file_format import describe_cache, read_cache_source
+
+    data = read_cache_source(args.file)
+    if not isinstance(data, bytes):
+        raise ValueError(f"{args.file}: {data.reason}")
+    info = describe_cache(data)
+    info["this_device"] = _verify(args.file, args.device)
+    _print(args, info, lambda: print(json.dumps(info, indent=2, default=_jsonable)))
+    return 0
+
+
+def _verify(path: str, device_index: int | None) -> dict[str, Any]:
+    from .cache._pipeline_cache import PipelineCache
+    from .gpu import get_gpu_count, get_gpu_device
+
+    if get_gpu_count() == 0:
+        return {"accepted": False, "reason": "no Vulkan device"}
+    with PipelineCache(get_gpu_device(device_index), read_only=True) as cache:
+        result = cache.load_cache(path)
+        accepted = bool(result) and result.entries_skipped == 0
+        return {
+            "accepted": accepted,
+            "reason": result.reason,
+            "entries_used": result.entries_used,
+            "entries_skipped": result.entries_skipped,
+            "skipped": list(result.skipped),
+        }
+
+
+def _cmd_cache_verify(args: argparse.Namespace) -> int:
+    verdict = _verify(args.file, args.device)
+
+    def text() -> None:
+        if verdict["accepted"]:
+            print(f"{args.file}: accepted ({verdict['entries_used']} SPIR-V entries)")
+        else:
+            print(f"{args.file}: rejected: {verdict['reason']}")
+            for reason in verdict.get("skipped", []):
+                print(f"  skipped: {reason}")
+
+    _print(args, verdict, text)
+    return 0 if verdict["accepted"] else 1
+
+
+def _cmd_cache_ls(args: argparse.Namespace) -> int:
+    import time as _time
+
+    from .cache._directory import CacheDirectory
+
+    directory = CacheDirectory(args.dir)
+    rows = []
+    for key in directory.keys():
+        for e in directory.entries(key):
+            rows.append(
+                {
+                    "graph_key": e.graph_key,
+                    "file": e.file,
+                    "device": e.device,
+                    "size": e.size,
+                    "age_s": round(_time.time() - e.created, 1),
+                    "last_used_s": round(_time.time() - e.last_used, 1),
+                    "asyncvk_version": e.asyncvk_version,
+                    "model_fingerprint": e.model_fingerprint,
+                }
+            )
+
+    def text() -> None:
+        if not rows:
+            print(f"{args.dir}: no cache entries")
+        for r in rows:
+            dev = r["device"]
+            print(
+                f"{r['graph_key']:<24} {dev.get('device_name') or hex(dev['vendor_id'])}"
+                f" driver {dev['driver_version']}  {r['size']:>9} B  "
+                f"age {r['age_s']:.0f}s  {r['file']}"
+            )
+
+    _print(args, {"dir": args.dir, "entries": rows}, text)
+    return 0
+
+
+def _cmd_cache_prune(args: argparse.Namespace) -> int:
+    from .cache._directory import DEFAULT_MAX_BYTES, CacheDirectory
+
+    directory = CacheDirectory(args.dir, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
+    result = directory.prune()
+    _print(args, result, lambda: print(f"removed {result['removed_files']} file(s)"))
+    return 0
+
+
+# -- parser -------------------------------------------------------------------------------------
+
+
+def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
+    p.add_argument("param", help="ncnn .param file")
+    p.add_argument("bin", help="ncnn .bin file")
+    if cache:
+        p.add_argument("--cache", metavar="FILE", help="pipeline cache file to load and save")
+        p.add_argument("--cache-dir", metavar="DIR", help="managed cache folder")
+        p.add_argument("--graph-key", metavar="KEY", help="model key inside --cache-dir")
+    p.add_argument("--device", type=int, default=None, help="Vulkan device index")
+    p.add_argument("--cpu", action="store_true", help="run on the CPU (numpy) path")
+    p.add_argument("--fp16", action="store_true", help="fp16 storage where supported")
+    p.add_argument("--compile-threads", type=int, default=None)
+    p.add_argument(
+        "--must-hit", action="store_true", help="fail instead of compiling any shader cold"
+    )
+    p.add_argument("--json", action="store_true")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="asyncvk", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
+
     info = sub.add_parser("info", help="list Vulkan devices, capabilities and quirks")
     info.add_argument("--json", action="store_true")
     info.set_defaults(func=_cmd_info)
+
+    run = sub.add_parser("run", help="load a model, run it once, write outputs")
+    _model_args(run)
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    run.add_argument("--output", action="append", default=[], metavar="NAME=FILE.npy")
+    run.set_defaults(func=_cmd_run)
+
+    bench = sub.add_parser("bench", help="load timings and inference latency")
+    _model_args(bench)
+    bench.add_argument("--shape", action="append", default=[], metavar="NAME=C,H,W")
+    bench.add_argument("--output", default=None, metavar="NAME")
+    bench.add_argument("--loops", type=int, default=10)
+    bench.add_argument("--warmup", type=int, default=2)
+    bench.set_defaults(func=_cmd_bench)
+
+    cache = sub.add_parser("cache", help="pipeline cache files and folders")
+    csub = cache.add_subparsers(dest="cache_command", required=True)
+    warm = csub.add_parser("warm", help="build every pipeline and save the cache")
+    _model_args(warm)
+    warm.add_argument("--shape", action="append", default=[], metavar="NAME=C,H,W")
+    warm.add_argument("--output", default=None, metavar="NAME")
+    warm.set_defaults(func=_cmd_cache_warm)
+    inspect = csub.add_parser("inspect", help="header fields and entries of a cache file")
+    inspect.add_argument("file")
+    inspect.add_argument("--device", type=int, default=None)
+    inspect.add_argument("--json", action="store_true")
+    inspect.set_defaults(func=_cmd_cache_inspect)
+    verify = csub.add_parser("verify", help="exit 0 if this device accepts every part of FILE")
+    verify.add_argument("file")
+    verify.add_argument("--device", type=int, default=None)
+    verify.add_argument("--json", action="store_true")
+    verify.set_defaults(func=_cmd_cache_verify)
+    ls = csub.add_parser("ls", help="list a cache folder: keys, devices, sizes, ages")
+    ls.add_argument("dir")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_cmd_cache_ls)
+    prune = csub.add_parser("prune", help="apply the size cap and remove stale files")
+    prune.add_argument("dir")
+    prune.add_argument("--max-bytes", type=int, default=None)
+    prune.add_argument("--json", action="store_true")
+    prune.set_defaults(func=_cmd_cache_prune)
     return parser
 
 
@@ -55,11 +429,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (AsyncVkError, OSError, ValueError) as exc:
+    except (AsyncVkError, OSError, ValueError, KeyError) as exc:
         if args.debug:
             raise
-        print(f"asyncvk: error: {exc}", file=sys.stderr)
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"asyncvk: error: {message}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

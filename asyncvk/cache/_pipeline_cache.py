@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from .. import _vk
 from .._errors import CacheMissError
@@ -40,8 +40,12 @@ from ..shader._options import (
 )
 from ..shader._reflect import ShaderInfo, reflect_spirv
 from ..shader._registry import ShaderRegistry, builtin_shaders
+from . import _persist
+from ._autosave import AutoSaver
 from ._digest import builtin_digest, spirv_digest
+from ._file_format import CacheLoadResult
 from ._keys import SpirvKey
+from ._persist import CacheSource, SaveResult
 
 log = logging.getLogger("asyncvk.cache")
 vk = _vk.vkapi
@@ -122,6 +126,8 @@ class PipelineCache:
         self.vk_cache = None if self.broken else self._create_vk_cache(b"")
         self.driver_blob_loaded = False
         self.generation = 0  # bumps whenever something new is built (autosave watches it)
+        self.saved_generation = 0
+        self.last_load: CacheLoadResult | None = None
         self.closed = False
 
     # -- driver VkPipelineCache -------------------------------------------------------------
@@ -511,6 +517,32 @@ class PipelineCache:
     @property
     def device_macro_hash(self) -> int:
         return self._macro_hash
+
+    # -- the cache file ---------------------------------------------------------------------
+
+    def load_cache(self, source: CacheSource) -> CacheLoadResult:
+        """Load a cache file (path, bytes or binary file). Never raises for bad content:
+        the result is falsy with a reason, and nothing was committed."""
+        return _persist.load_cache(self, source)
+
+    @overload
+    def save_cache(self, path: None = None) -> bytes: ...
+
+    @overload
+    def save_cache(self, path: str | os.PathLike[str]) -> SaveResult: ...
+
+    def save_cache(self, path: str | os.PathLike[str] | None = None) -> bytes | SaveResult:
+        """To bytes (no path), or atomically to ``path`` merging what is already there."""
+        if path is None:
+            return _persist.encode_current(self)
+        return _persist.save_cache(self, path)
+
+    async def save_cache_async(self, path: str | os.PathLike[str]) -> SaveResult:
+        return await _persist.save_cache_async(self, path)
+
+    def autosave(self, path: str | os.PathLike[str], *, interval: float = 2.0) -> AutoSaver:
+        """Start saving to ``path`` in the background (call from a running event loop)."""
+        return AutoSaver(self, path, interval=interval)
 
     # -- lifetime ---------------------------------------------------------------------------
 

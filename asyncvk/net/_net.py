@@ -92,6 +92,13 @@ class Net:
         self.storage_fp16 = False
         self.use_vulkan = False
         self.commands_recorded = 0
+        #: What the managed cache folder did at load ({"loaded": bool, "reason": str, ...}).
+        self.cache_status: dict[str, Any] | None = None
+        self._cache_dir: Any = None
+        self._fingerprint = ""
+        self._dir_saved_generation = -1
+        self._pending_save: asyncio.Future[None] | None = None
+        self._param_source: Any = None
         self.load_stats = LoadStatistics()
         self._plans: dict[tuple[Any, ...], list[Plan]] = {}
         self._idle: dict[tuple[Any, ...], list[Plan]] = {}
@@ -104,6 +111,11 @@ class Net:
         """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
         start = time.perf_counter()
         _import_layers()
+        if not isinstance(source, (str, os.PathLike, bytes)):
+            source = source.read()
+            if isinstance(source, str):
+                source = source.encode()
+        self._param_source: Any = source
         param = await anyio.to_thread.run_sync(
             lambda: parse_param(source, known_types=layer_types())
         )
@@ -159,6 +171,8 @@ class Net:
         if self.param is None:
             raise ModelFormatError("load_param must be called before load_model")
         start = time.perf_counter()
+        if not isinstance(source, (str, os.PathLike, bytes)):
+            source = source.read()
         reader = await anyio.to_thread.run_sync(ModelBinReader.open, source)
         await anyio.to_thread.run_sync(self._read_weights, reader)
         read_s = time.perf_counter() - start
@@ -168,6 +182,7 @@ class Net:
         pipelines_s = upload_s = 0.0
         requested = 0
         if self.use_vulkan:
+            await self._load_from_cache_dir(source)
             self._create_vulkan_layers()
             gpu_nodes = [n for n in self.nodes if n.vulkan is not None]
             futures: list[tuple[_Node, str, Any]] = []
@@ -218,6 +233,8 @@ class Net:
                 raise
         elif progress:
             progress(total, total)
+        if self._cache_dir is not None and self.use_vulkan:
+            self._pending_save = asyncio.ensure_future(self._save_to_cache_dir())
         gpu = sum(1 for n in self.nodes if n.vulkan is not None)
         self.load_stats = LoadStatistics(
             load_param_s=self.load_stats.load_param_s,
@@ -230,6 +247,67 @@ class Net:
             cpu_layers=total - gpu,
         )
         self.loaded = True
+
+    async def _load_from_cache_dir(self, model_source: Any) -> None:
+        """With ``cache_dir`` and ``graph_key`` set, load this key's file for this device."""
+        opt = self.opt
+        self._cache_dir = None
+        if not (opt.cache_dir and opt.graph_key):
+            return
+        from ..cache._directory import CacheDirectory, model_fingerprint
+
+        directory = CacheDirectory(opt.cache_dir)
+        self._cache_dir = directory
+        self._fingerprint = await anyio.to_thread.run_sync(
+            model_fingerprint, self._param_source, model_source
+        )
+        identity = self.device.info.identity
+        found = await anyio.to_thread.run_sync(
+            directory.lookup, opt.graph_key, identity, self._fingerprint
+        )
+        status: dict[str, Any] = {
+            "loaded": False,
+            "reason": found.reason,
+            "stale_removed": found.stale_removed,
+        }
+        if found.path is not None:
+            result = await anyio.to_thread.run_sync(self.cache.load_cache, found.path)
+            status.update(
+                loaded=bool(result),
+                reason=result.reason,
+                file=str(found.path),
+                entries_used=result.entries_used,
+            )
+        if not directory.usable:
+            self._cache_dir = None
+        self.cache_status = status
+
+    async def _save_to_cache_dir(self) -> None:
+        directory = self._cache_dir
+        assert directory is not None and self.opt.graph_key
+        if self.cache.generation == self._dir_saved_generation:
+            return
+        generation = self.cache.generation
+        data = await anyio.to_thread.run_sync(self.cache.save_cache)
+        path = await anyio.to_thread.run_sync(
+            directory.store,
+            self.opt.graph_key,
+            self.device.info.identity,
+            self._fingerprint,
+            data,
+        )
+        if path is not None:
+            self._dir_saved_generation = generation
+            if self.cache_status is not None:
+                self.cache_status["saved"] = str(path)
+
+    async def flush_cache(self) -> None:
+        """Wait for the background save of the cache folder (and save anything newer)."""
+        if self._pending_save is not None:
+            await self._pending_save
+            self._pending_save = None
+        if self._cache_dir is not None and self.cache is not None:
+            await self._save_to_cache_dir()
 
     def _read_weights(self, reader: ModelBinReader) -> None:
         assert self.param is not None
@@ -392,6 +470,12 @@ class Net:
         self.cache = None
 
     async def aclose(self) -> None:
+        """Flush the cache folder's background save, then :meth:`close`."""
+        if not self._closed:
+            try:
+                await self.flush_cache()
+            except Exception:  # a cache save never fails the caller
+                pass
         await anyio.to_thread.run_sync(self.close)
 
     async def __aenter__(self) -> Net:

@@ -1,0 +1,171 @@
+"""The shared core of ``asyncvk run``, ``bench`` and ``cache warm``: open a Net with the cache
+the user asked for, time each phase, and report in one JSON-ready dict."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .cache._pipeline_cache import PipelineCache
+from .net._net import Net
+from .net._option import Option
+
+
+@dataclass
+class RunConfig:
+    param: str
+    model: str
+    cache_file: str | None = None
+    cache_dir: str | None = None
+    graph_key: str | None = None
+    device: int | None = None
+    cpu: bool = False
+    fp16: bool = False
+    compile_threads: int | None = None
+    read_only: bool = False
+    must_hit: bool = False
+    progress: Callable[[int, int], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OpenNet:
+    net: Net
+    cache: PipelineCache | None
+    report: dict[str, Any]
+    config: RunConfig
+
+
+async def open_net(config: RunConfig) -> OpenNet:
+    """Load param and model, with the cache file or folder loaded first when given."""
+    from .gpu import get_gpu_count, get_gpu_device
+
+    report: dict[str, Any] = {"param": config.param, "model": config.model}
+    start = time.perf_counter()
+    use_gpu = not config.cpu and get_gpu_count() > 0
+    cache: PipelineCache | None = None
+    opt = Option(
+        use_vulkan_compute=use_gpu,
+        vulkan_device=config.device,
+        use_fp16_storage=config.fp16,
+        use_fp16_arithmetic=False,
+        num_compile_threads=config.compile_threads,
+    )
+    report["cache_loaded"] = False
+    report["cache_reason"] = "no cache requested"
+    if use_gpu:
+        device = get_gpu_device(config.device)
+        info = device.info
+        report["device"] = {
+            "name": info.device_name,
+            "driver": info.driver_name,
+            "driver_info": info.driver_info,
+            "type": info.type_name,
+        }
+        cache = PipelineCache(
+            device,
+            max_workers=config.compile_threads,
+            read_only=config.read_only,
+            must_hit=config.must_hit,
+        )
+        opt.pipeline_cache = cache
+        if config.cache_file:
+            t0 = time.perf_counter()
+            result = cache.load_cache(config.cache_file)
+            report["cache_load_s"] = time.perf_counter() - t0
+            report["cache_loaded"] = bool(result)
+            report["cache_reason"] = result.reason
+            report["cache_entries_used"] = result.entries_used
+            report["cache_entries_skipped"] = result.entries_skipped
+        elif config.cache_dir and config.graph_key:
+            opt.cache_dir = config.cache_dir
+            opt.graph_key = config.graph_key
+    else:
+        report["device"] = {"name": "cpu (numpy)", "driver": "", "type": "cpu"}
+    net = Net(opt)
+    t0 = time.perf_counter()
+    await net.load_param(config.param)
+    report["load_param_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    await net.load_model(config.model, progress=config.progress)
+    report["load_model_s"] = time.perf_counter() - t0
+    if net.cache_status is not None:
+        report["cache_loaded"] = net.cache_status.get("loaded", False)
+        report["cache_reason"] = net.cache_status.get("reason", "")
+    report["open_s"] = time.perf_counter() - start
+    return OpenNet(net, cache, report, config)
+
+
+def cache_counters(opened: OpenNet) -> dict[str, Any]:
+    cache = opened.cache or (opened.net.cache if opened.net.use_vulkan else None)
+    stats = opened.net.load_stats
+    out: dict[str, Any] = {
+        "pipelines_requested": stats.pipelines_requested,
+        "gpu_layers": stats.gpu_layers,
+        "cpu_layers": stats.cpu_layers,
+    }
+    if cache is not None:
+        s = cache.statistics()
+        out.update(
+            pipelines_created=s.pipelines_created,
+            spirv_compiled=s.spirv_compiles,
+            spirv_cache_hits=s.spirv_hits,
+            live_hits=s.live_hits,
+            glsl_s=round(s.glsl_seconds, 4),
+            create_pipelines_s=round(s.create_seconds, 4),
+            driver_cache_hits=s.driver_cache_hits,
+        )
+    else:
+        out.update(pipelines_created=0, spirv_compiled=0, spirv_cache_hits=0)
+    return out
+
+
+async def close_net(opened: OpenNet, *, save: bool = True) -> dict[str, Any]:
+    """Save the cache file when one was named, then release everything."""
+    report: dict[str, Any] = {}
+    cache = opened.cache
+    if save and cache is not None and opened.config.cache_file and not opened.config.read_only:
+        result = await cache.save_cache_async(opened.config.cache_file)
+        report["cache_saved"] = bool(result)
+        report["cache_save_reason"] = result.reason
+    await opened.net.aclose()
+    if cache is not None:
+        await cache.aclose()
+    return report
+
+
+def load_npy(spec: str) -> tuple[str, np.ndarray]:
+    name, _, path = spec.partition("=")
+    if not name or not path:
+        raise ValueError(f"expected NAME=FILE.npy, got {spec!r}")
+    return name, np.load(path)
+
+
+def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+    name, _, dims = spec.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        raise ValueError(f"expected NAME=C,H,W, got {spec!r}") from None
+    if not name or not shape:
+        raise ValueError(f"expected NAME=C,H,W, got {spec!r}")
+    return name, shape
+
+
+def default_output(net: Net) -> str:
+    names = net.output_names
+    if not names:
+        raise ValueError("the model declares no output blob")
+    return names[-1]
+
+
+def ensure_parent(path: str) -> None:
+    parent = Path(path).parent
+    if str(parent):
+        os.makedirs(parent, exist_ok=True)

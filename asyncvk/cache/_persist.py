@@ -1,0 +1,190 @@
+"""Loading and saving a PipelineCache's file: the bridge between the live cache and the format.
+
+A load checks everything before it commits anything: the file must decode for this device,
+the driver blob must be accepted by the driver, and only then are SPIR-V entries adopted and the
+blob merged. Any failure is a cache miss with a reason, never an exception.
+
+A save never raises into the caller: an OSError (read-only folder, disk full) is logged and
+returned as a failed SaveResult, and the old file stays whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from .._errors import AsyncVkError
+from ._atomic_file import save_merged
+from ._file_format import (
+    CacheContents,
+    CacheLoadResult,
+    decode_cache,
+    encode_cache,
+    read_cache_source,
+    validate_driver_blob,
+)
+
+if TYPE_CHECKING:
+    from ._pipeline_cache import PipelineCache
+
+log = logging.getLogger("asyncvk.cache")
+
+CacheSource = str | os.PathLike[str] | bytes | BinaryIO
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """What a save did: truthy on success, else ``reason`` says why nothing was written."""
+
+    ok: bool
+    reason: str = ""
+    path: str | None = None
+    nbytes: int = 0
+    spirv_entries: int = 0
+    driver_blob_bytes: int = 0
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def load_cache(cache: PipelineCache, source: CacheSource) -> CacheLoadResult:
+    """Load ``source`` into ``cache``; all or nothing for the header and the driver blob."""
+    try:
+        data = read_cache_source(source)
+        if isinstance(data, CacheLoadResult):
+            return _note(cache, data)
+        identity = cache.device.info.identity
+        result, contents = decode_cache(
+            data, expected=identity, source_hashes=cache.registry.source_hashes()
+        )
+        if not result or contents is None:
+            return _note(cache, result)
+        blob = contents.driver_blob
+        skipped = list(result.skipped)
+        if blob and cache.vk_cache is None:
+            skipped.append("driver blob ignored: this device's pipeline cache is flagged broken")
+            blob = b""
+        if blob:
+            reason = validate_driver_blob(blob, identity)
+            if reason is not None:
+                return _note(cache, CacheLoadResult(False, f"driver blob rejected: {reason}"))
+            try:
+                cache.merge_driver_blob(blob)
+            except AsyncVkError as exc:
+                return _note(cache, CacheLoadResult(False, f"the driver refused the blob: {exc}"))
+        entries = {
+            k: v for k, v in contents.spirv.items() if k.macro_hash == cache.device_macro_hash
+        }
+        foreign = len(contents.spirv) - len(entries)
+        if foreign:
+            skipped.append(f"{foreign} entries compiled for other device macros")
+        cache.add_spirv_entries(entries)
+        loaded = CacheLoadResult(
+            True,
+            result.reason or "loaded",
+            entries_used=len(entries),
+            entries_skipped=result.entries_skipped + foreign,
+            skipped=tuple(skipped),
+        )
+        return _note(cache, loaded)
+    except Exception as exc:  # a cache can only miss: nothing unexpected may escape
+        log.exception("unexpected error while loading a pipeline cache")
+        return _note(cache, CacheLoadResult(False, f"unexpected error: {exc!r}"))
+
+
+def _note(cache: PipelineCache, result: CacheLoadResult) -> CacheLoadResult:
+    cache.last_load = result
+    if not result:
+        log.info("pipeline cache not loaded: %s", result.reason)
+    return result
+
+
+def current_contents(cache: PipelineCache) -> CacheContents:
+    """What this cache would write now; a blob the driver returns malformed is dropped."""
+    identity = cache.device.info.identity
+    blob = cache.driver_blob()
+    if blob and validate_driver_blob(blob, identity) is not None:
+        log.warning("dropping a malformed driver blob from the save")
+        blob = b""
+    return CacheContents(identity=identity, spirv=cache.spirv_entries(), driver_blob=blob)
+
+
+def encode_current(cache: PipelineCache) -> bytes:
+    return encode_cache(current_contents(cache))
+
+
+def _merge_existing(cache: PipelineCache, existing: bytes | None) -> bytes:
+    """Union with what another process saved meanwhile, so nobody's work is thrown away."""
+    if existing:
+        result, old = decode_cache(
+            existing,
+            expected=cache.device.info.identity,
+            source_hashes=cache.registry.source_hashes(),
+        )
+        if result and old is not None:
+            if old.driver_blob and cache.vk_cache is not None:
+                try:
+                    cache.merge_driver_blob(old.driver_blob)
+                except AsyncVkError as exc:
+                    log.info("not merging the blob on disk: %s", exc)
+            cache.add_spirv_entries(
+                {k: v for k, v in old.spirv.items() if k.macro_hash == cache.device_macro_hash}
+            )
+            merged = current_contents(cache)
+            foreign = {k: v for k, v in old.spirv.items() if k not in merged.spirv}
+            if foreign:  # keep entries for other device macros that share this identity
+                merged = CacheContents(
+                    merged.identity, {**foreign, **merged.spirv}, merged.driver_blob
+                )
+            return encode_cache(merged)
+    return encode_current(cache)
+
+
+def save_cache(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult:
+    """Write the cache to ``path`` atomically under an advisory lock, merging what is there."""
+    target = os.fspath(path)
+    if cache.read_only:
+        return SaveResult(False, "read-only cache: not writing", target)
+    written: dict[str, Any] = {}
+
+    def build(existing: bytes | None) -> bytes:
+        data = _merge_existing(cache, existing)
+        written["nbytes"] = len(data)
+        return data
+
+    generation = cache.generation
+    try:
+        save_merged(target, build)
+    except OSError as exc:
+        log.warning("pipeline cache not saved to %s: %s", target, exc)
+        return SaveResult(False, f"cannot write {target}: {exc.strerror or exc}", target)
+    except Exception as exc:
+        log.exception("unexpected error while saving a pipeline cache")
+        return SaveResult(False, f"unexpected error: {exc!r}", target)
+    cache.saved_generation = generation
+    return SaveResult(
+        True,
+        "saved",
+        target,
+        nbytes=written.get("nbytes", 0),
+        spirv_entries=len(cache.spirv_entries()),
+        driver_blob_bytes=len(cache.driver_blob()),
+    )
+
+
+async def save_cache_async(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult:
+    """``save_cache`` off the event loop; the lock and merge run in a worker thread."""
+    import anyio
+
+    return await anyio.to_thread.run_sync(save_cache, cache, path)
+
+
+__all__ = (
+    "SaveResult",
+    "encode_current",
+    "load_cache",
+    "save_cache",
+    "save_cache_async",
+)
