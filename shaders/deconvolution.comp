@@ -2,8 +2,8 @@
 // Transposed convolution (Deconvolution / DeconvolutionDepthWise) as a gather: each output
 // value sums the input taps that scatter onto it. Output is the full deconvolution, already
 // cropped by pad_left/pad_top (the host passes the cropped size and the crop offsets).
-// Weights are ncnn's [out_c][in_c / group][kernel_h][kernel_w] order for deconvolution,
-// i.e. weight index ((g * out_per_group + oc_in_g) * in_per_group + ic) * maxk + k.
+// Weights are in ncnn's stored order [out_c][in_c / group][kernel_h][kernel_w], unflipped:
+// ncnn's CPU deconvolution scatters input * weight[k] to output offset k.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int kernel_w = 1;

@@ -133,15 +133,6 @@ class Deconvolution(_ConvBase):
         self.output_w = pd.get_int(20, 0)
         self.output_h = pd.get_int(21, self.output_w)
 
-    def _arrange(self, weight: np.ndarray) -> np.ndarray:
-        # stored [group][in/group][out/group][k] -> [out][in/group][k]
-        maxk = self.kernel_w * self.kernel_h
-        total = weight.size // maxk
-        out_pg = self.num_output // self.group
-        in_pg = total // (self.group * out_pg)
-        w = weight.reshape(self.group, in_pg, out_pg, maxk).transpose(0, 2, 1, 3)
-        return np.ascontiguousarray(w).reshape(-1)
-
     def pipeline_specs(self) -> dict[str, PipelineSpec]:
         return {"deconv": PipelineSpec("deconvolution", self._specs(), _LOCAL_2D)}
 
