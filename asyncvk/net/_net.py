@@ -32,7 +32,7 @@ _FEATMASK_NO_VULKAN = 1 << 4
 
 
 def _import_layers() -> None:
-    from ..layers import _all  # noqa: F401  (registers every CPU layer)
+    from ..layers.cpu import _all  # noqa: F401  (registers every CPU layer)
     from ..layers.vulkan import _all as _vk_all  # noqa: F401  (registers every GPU layer)
 
 
