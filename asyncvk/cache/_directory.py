@@ -257,8 +257,8 @@ class CacheDirectory:
         name = f"{stem}_{stamp}_{unique}.vkcache"
         try:
             with self._locked(stem):
+                entries = self._read_index(graph_key)  # before the new file exists
                 write_atomic(self.path / name, data)
-                entries = self._read_index(graph_key)
                 device = device_entry(identity)
                 for old in [e for e in entries if _same_device(e.device, device)]:
                     entries.remove(old)

@@ -1,0 +1,188 @@
+"""The managed cache folder: keys to file names, the index, staleness, eviction, concurrency."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from asyncvk.cache._directory import CacheDirectory, CacheDirectoryWarning, key_stem
+from asyncvk.cache._file_format import CacheContents, encode_cache
+from asyncvk.cache._keys import SpirvKey
+from asyncvk.gpu import DeviceIdentity
+
+GPU_A = DeviceIdentity(0x10DE, 0x2330, 4206822, 580, 4, "H100", "nvidia", b"a" * 16)
+GPU_B = dataclasses.replace(GPU_A, driver_version=581, pipeline_cache_uuid=b"b" * 16)
+
+
+def _data(identity: DeviceIdentity, tag: int = 0, size: int = 64) -> bytes:
+    spirv = {SpirvKey("s", tag, 1, 2): (0x07230203).to_bytes(4, "little") + bytes(size)}
+    return encode_cache(CacheContents(identity, spirv, b""))
+
+
+def test_plain_keys_are_used_as_is_and_others_are_hashed() -> None:
+    assert key_stem("resnet-18_v2") == "resnet-18_v2"
+    for key in ("a/b", "with space", "x" * 300, "", "ünïcode"):
+        stem = key_stem(key)
+        assert stem.startswith("hash_") and "/" not in stem and len(stem) < 64
+    assert key_stem("a/b") != key_stem("a b")
+
+
+def test_store_then_lookup_then_model_change(tmp_path: Path) -> None:
+    directory = CacheDirectory(tmp_path / "new" / "folder")
+    first = directory.lookup("model", GPU_A, "fp1")
+    assert first.path is None and "no cache" in first.reason
+    stored = directory.store("model", GPU_A, "fp1", _data(GPU_A))
+    assert stored is not None and stored.name.startswith("model_") and stored.suffix == ".vkcache"
+    found = directory.lookup("model", GPU_A, "fp1")
+    assert found.path == stored
+    changed = directory.lookup("model", GPU_A, "fp2")
+    assert changed.path is None and changed.stale_removed == 1
+    assert not stored.exists()
+    index = json.loads((tmp_path / "new" / "folder" / "model.idx").read_text())
+    assert index["entries"] == []
+
+
+def test_two_devices_coexist_under_one_key(tmp_path: Path) -> None:
+    directory = CacheDirectory(tmp_path)
+    a = directory.store("m", GPU_A, "fp", _data(GPU_A))
+    b = directory.store("m", GPU_B, "fp", _data(GPU_B))
+    assert a is not None and b is not None and a != b
+    assert directory.lookup("m", GPU_A, "fp").path == a
+    assert directory.lookup("m", GPU_B, "fp").path == b
+    entries = directory.entries("m")
+    assert {e.device["driver_version"] for e in entries} == {580, 581}
+    for e in entries:
+        assert set(vars(e)) >= {
+            "file",
+            "graph_key",
+            "device",
+            "model_fingerprint",
+            "asyncvk_version",
+            "created",
+            "last_used",
+            "size",
+        }
+    # a newer save for device A replaces A's file only
+    a2 = directory.store("m", GPU_A, "fp", _data(GPU_A, tag=1))
+    assert a2 is not None and not a.exists() and b.exists()
+
+
+def test_hashed_key_files(tmp_path: Path) -> None:
+    directory = CacheDirectory(tmp_path)
+    key = "models/my net " + "x" * 300
+    path = directory.store(key, GPU_A, "fp", _data(GPU_A))
+    assert path is not None and path.name.startswith("hash_")
+    assert (tmp_path / f"{key_stem(key)}.idx").exists()
+    assert directory.lookup(key, GPU_A, "fp").path == path
+    assert key in directory.keys()
+
+
+def test_corrupt_index_is_rebuilt_from_the_files(tmp_path: Path) -> None:
+    directory = CacheDirectory(tmp_path)
+    path = directory.store("m", GPU_A, "fp", _data(GPU_A))
+    assert path is not None
+    (tmp_path / "m.idx").write_text('{"version": 1, "entries": [{"file": "../../etc/pas')
+    found = directory.lookup("m", GPU_A, "fp")
+    assert found.path == path  # rebuilt: the file's own header names its device
+    index = json.loads((tmp_path / "m.idx").read_text())
+    assert [e["file"] for e in index["entries"]] == [path.name]
+
+
+def test_orphans_are_removed_and_the_cap_evicts_lru(tmp_path: Path) -> None:
+    directory = CacheDirectory(tmp_path, max_bytes=3000)
+    orphan = tmp_path / "m_20260101T000000_000000001_1_0.vkcache"
+    orphan.write_bytes(b"x")
+    directory.store("m", GPU_A, "fp", _data(GPU_A, size=1200))
+    assert not orphan.exists()
+    directory.store("m", GPU_B, "fp", _data(GPU_B, size=1200))
+    third = dataclasses.replace(GPU_A, device_id=0x2331)
+    newest = directory.store("m", third, "fp", _data(third, size=1200))
+    entries = directory.entries("m")
+    assert sum(e.size for e in entries) <= 3000
+    assert newest is not None and newest.name in {e.file for e in entries}
+    assert {p.name for p in tmp_path.glob("*.vkcache")} == {e.file for e in entries}
+
+
+def test_unwritable_folder_warns_once_and_runs_uncached(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    directory = CacheDirectory(blocker / "cache")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert directory.lookup("m", GPU_A, "fp").path is None
+        assert directory.store("m", GPU_A, "fp", _data(GPU_A)) is None
+        assert directory.lookup("m", GPU_A, "fp").path is None
+    messages = [w for w in caught if issubclass(w.category, CacheDirectoryWarning)]
+    assert len(messages) == 1
+    assert "running uncached" in str(messages[0].message)
+
+
+STORE = """
+import sys
+from asyncvk.cache._directory import CacheDirectory
+from asyncvk.cache._file_format import CacheContents, encode_cache
+from asyncvk.cache._keys import SpirvKey
+from asyncvk.gpu import DeviceIdentity
+i = int(sys.argv[2])
+ident = DeviceIdentity(0x10DE, 0x2330 + i % 3, 4206822, 580, 4, "H100", "nvidia", b"a" * 16)
+d = CacheDirectory(sys.argv[1])
+for n in range(5):
+    spirv = {SpirvKey("s", n, 1, 2): (0x07230203).to_bytes(4, "little") + bytes(64)}
+    d.lookup("shared-key", ident, "fp")
+    assert d.store("shared-key", ident, "fp", encode_cache(CacheContents(ident, spirv, b"")))
+"""
+
+
+def test_eight_processes_share_one_key(tmp_path: Path) -> None:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", STORE, str(tmp_path), str(i)]) for i in range(8)
+    ]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    index = json.loads((tmp_path / "shared-key.idx").read_text())
+    files = {e["file"] for e in index["entries"]}
+    assert files == {p.name for p in tmp_path.glob("*.vkcache")}
+    assert len(files) == 3  # one per device identity
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_cli_ls_and_prune(tmp_path: Path) -> None:
+    directory = CacheDirectory(tmp_path)
+    directory.store("m", GPU_A, "fp", _data(GPU_A))
+    env = dict(os.environ)
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncvk", "cache", "ls", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    rows = json.loads(out.stdout)["entries"]
+    assert rows[0]["graph_key"] == "m" and rows[0]["device"]["driver_version"] == 580
+    (tmp_path / "m_20260101T000000_000000001_1_0.vkcache").write_bytes(b"orphan")
+    pruned = subprocess.run(
+        [sys.executable, "-m", "asyncvk", "cache", "prune", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert json.loads(pruned.stdout)["removed_files"] == 1
+
+
+@pytest.mark.parametrize("key", ["ok-key"])
+def test_timestamps_never_collide(tmp_path: Path, key: str) -> None:
+    directory = CacheDirectory(tmp_path)
+    names = set()
+    for i in range(20):
+        ident = dataclasses.replace(GPU_A, device_id=i)
+        path = directory.store(key, ident, "fp", _data(ident))
+        assert path is not None
+        names.add(path.name)
+    assert len(names) == 20
