@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncvk.cache import PipelineCache
-from asyncvk.cache import _atomic_file
+from asyncvk.cache import PipelineCache, _atomic_file
 from asyncvk.cache._file_format import CacheContents, decode_cache, encode_cache
 from asyncvk.cache._keys import SpirvKey
 from asyncvk.gpu import DeviceIdentity, VulkanDevice
