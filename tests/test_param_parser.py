@@ -26,7 +26,7 @@ BinaryOp         add_0    2 1 4 5 out0 0=0 3=1.0,2.5,3 30=3,4,4,16 31=16 7=abc
 
 def test_parses_every_value_form() -> None:
     pf = parse_param(GOOD.encode())
-    assert [l.type for l in pf.layers] == [
+    assert [decl.type for decl in pf.layers] == [
         "Input",
         "Convolution",
         "Split",

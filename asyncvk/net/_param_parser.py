@@ -176,6 +176,8 @@ def parse_param_text(
     names: set[str] = set()
     for n, tokens in body:
         where: dict[str, Any] = {"file": source, "line": n}
+        if len(tokens) >= 2:
+            where["layer"] = tokens[1]
         if len(tokens) < 4:
             raise ModelFormatError("expected 'Type Name in_count out_count ...'", **where)
         kind, name = tokens[0], tokens[1]
