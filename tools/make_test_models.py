@@ -331,7 +331,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int, int], bool, str
     "resnet18": (ResNet18, (3, 224, 224), False,
                  "ResNet-18 with every channel width halved (32-64-128-256) to keep the "
                  "repository small; same layer structure as the original"),
-    "shufflenetv2": (ShuffleNetV2, (3, 224, 224), True, "ShuffleNetV2 x0.5"),
+    "shufflenetv2": (ShuffleNetV2, (3, 224, 224), False, "ShuffleNetV2 x0.5"),
     "rrdb": (RRDBNet, (3, 32, 32), True,
              "ESRGAN-style RRDB net: nf=16, gc=8, 20 RRDB blocks, x4 nearest upsampling"),
     "cunet": (CUNet, (3, 44, 44), True,
