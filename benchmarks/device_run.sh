@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Run asyncvk's benchmarks on a machine with no package registry (the H100 device tool):
+# Vulkan loader debs in .gl/, wheels in .whl/, Debian's static shaderc libraries in .shaderc/
+# (see ../shared/tools/device-prep.sh). Results go to $OUT (or ./out).
+set -uo pipefail
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+export PYTHONPATH=$PWD:/tmp/site
+export __GL_SHADER_DISK_CACHE=0 MESA_SHADER_CACHE_DISABLE=true PYTHONUNBUFFERED=1
+ASYNCVK_SHADERC_PREFIX=$PWD/.shaderc python3 asyncvk/shader/_shaderc_build.py >"$OUT/build.log" 2>&1 \
+  || { tail -20 "$OUT/build.log"; exit 1; }
+python3 -m asyncvk info --json >"$OUT/info.json" || exit 1
+head -c 600 "$OUT/info.json"; echo
+for what in "$@"; do
+  case "$what" in
+    pipelines) python3 benchmarks/pipeline_creation.py --pipelines 256 --threads 16 | tee "$OUT/pipeline_creation_h100.json" ;;
+    pipelines64) python3 benchmarks/pipeline_creation.py --pipelines 64 --threads 16 | tee "$OUT/pipeline_creation_h100_64.json" ;;
+    tests) python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu.py tests/test_pipeline_cache.py 2>&1 | tail -5 ;;
+    coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_h100.json" ;;
+    *) echo "unknown step $what" ;;
+  esac
+done
