@@ -1,7 +1,8 @@
 """cffi API-mode build of the in-process shaderc binding (runs at install time).
 
 Debian's ``libshaderc.so.1`` cannot be dlopen'ed (an undefined SPIRV-Tools symbol), so the
-extension links Debian's static libraries instead: ``libshaderc-dev glslang-dev spirv-tools``.
+extension links Debian's static libraries instead: ``libshaderc-dev glslang-dev spirv-tools``,
+with every symbol of theirs hidden (see the link flags below).
 ``ASYNCVK_SHADERC_PREFIX`` points at another tree holding ``lib/`` and ``include/``.
 """
 
@@ -74,7 +75,10 @@ def _builder() -> FFI:
     lib_dirs = [os.path.join(prefix, "lib")] if prefix else ["/usr/lib/x86_64-linux-gnu"]
     link = [f"-L{d}" for d in lib_dirs]
     link += ["-Wl,--start-group", *[f"-l{name}" for name in STATIC_LIBS], "-Wl,--end-group"]
-    link += ["-lstdc++", "-lpthread"]
+    # Keep the static glslang private: NVIDIA's driver carries its own glslang, and once the
+    # driver is loaded an exported symbol of ours can resolve to its copy (a crash inside
+    # shaderc_compile_into_spv, seen on an H100 with driver 580). Export only PyInit.
+    link += ["-lstdc++", "-lpthread", "-Wl,--exclude-libs,ALL", "-Wl,-Bsymbolic"]
     ffi = FFI()
     ffi.cdef(CDEF)
     ffi.set_source(
