@@ -31,9 +31,35 @@ from ._errors import (
     VulkanError as VulkanError,
 )
 from ._version import __version__ as __version__
+from .cache import CacheStatistics as CacheStatistics
+from .cache import PipelineCache as PipelineCache
+from .cache._file_format import CacheLoadResult as CacheLoadResult
+from .cache._persist import SaveResult as SaveResult
+from .gpu import GpuInfo as GpuInfo
+from .gpu import VulkanDevice as VulkanDevice
+from .gpu import get_gpu_count as get_gpu_count
+from .gpu import get_gpu_device as get_gpu_device
+from .gpu import get_gpu_info as get_gpu_info
+from .net._net import Extractor as Extractor
+from .net._net import Net as Net
+from .net._option import Option as Option
+from .shader import ShaderOptions as ShaderOptions
 
 __all__ = (
     "AsyncVkError",
+    "CacheLoadResult",
+    "CacheStatistics",
+    "Extractor",
+    "GpuInfo",
+    "Net",
+    "Option",
+    "PipelineCache",
+    "SaveResult",
+    "ShaderOptions",
+    "VulkanDevice",
+    "get_gpu_count",
+    "get_gpu_device",
+    "get_gpu_info",
     "CacheMissError",
     "DeviceLostError",
     "ModelFormatError",

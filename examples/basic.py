@@ -1,0 +1,29 @@
+"""The ncnn-style flow in a dozen lines, with a pipeline cache file that makes the next start
+fast. Usage: python examples/basic.py [MODEL_DIR]"""
+
+import asyncio
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import asyncvk
+
+
+async def main(model: Path) -> None:
+    cache = asyncvk.PipelineCache()
+    print(cache.load_cache(model / "example.vkcache"))  # a miss the first time, never an error
+    async with asyncvk.Net(asyncvk.Option(pipeline_cache=cache)) as net:
+        await net.load_param(model / "model.param")
+        await net.load_model(model / "model.bin")
+        ex = net.create_extractor()
+        ex.input("in0", np.load(model / "input.npy"))
+        out = await ex.extract("out0")
+    print("output", out.shape, "top-5", np.argsort(out.ravel())[::-1][:5])
+    print(cache.save_cache(model / "example.vkcache"))
+    cache.close()
+
+
+if __name__ == "__main__":
+    default = Path(__file__).resolve().parent.parent / "tests" / "models" / "squeezenet"
+    asyncio.run(main(Path(sys.argv[1]) if len(sys.argv) > 1 else default))
