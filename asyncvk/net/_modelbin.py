@@ -39,8 +39,9 @@ class ModelBinReader:
             try:
                 return cls(Path(source).read_bytes(), str(source))
             except OSError as exc:
-                raise ModelFormatError(f"cannot read: {exc.strerror or exc}",
-                                       file=str(source)) from exc
+                raise ModelFormatError(
+                    f"cannot read: {exc.strerror or exc}", file=str(source)
+                ) from exc
         if isinstance(source, (bytes, bytearray, memoryview)):
             return cls(bytes(source))
         return cls(source.read(), str(getattr(source, "name", "<file>")))
@@ -64,8 +65,9 @@ class ModelBinReader:
     def load(self, w: int, type: int) -> np.ndarray:
         """Read ``w`` values as a new float32 array."""
         if w < 0:
-            raise ModelFormatError(f"negative weight count {w}", file=self.source,
-                                   layer=self.current_layer)
+            raise ModelFormatError(
+                f"negative weight count {w}", file=self.source, layer=self.current_layer
+            )
         if type == 1:
             return np.frombuffer(self._take(w * 4, "float32 data"), "<f4").astype(np.float32)
         if type != 0:
@@ -77,7 +79,8 @@ class ModelBinReader:
         if tag == TAG_INT8:
             raise ModelFormatError(
                 "int8-quantized weights are not supported (convert with fp16 or fp32 weights)",
-                file=self.source, layer=self.current_layer,
+                file=self.source,
+                layer=self.current_layer,
             )
         if tag in (0, TAG_FP32_SCALED):
             return np.frombuffer(self._take(w * 4, "float32 data"), "<f4").astype(np.float32)

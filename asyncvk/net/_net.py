@@ -25,7 +25,7 @@ from ..layers._vulkan import VulkanLayer, vulkan_layer_class
 from ._modelbin import ModelBinReader
 from ._option import Option
 from ._param_parser import ParamFile, parse_param
-from ._plan import Plan, PlanError
+from ._plan import Plan, needed_nodes
 
 Progress = Callable[[int, int], None]
 _FEATMASK_NO_VULKAN = 1 << 4
@@ -425,18 +425,7 @@ class Net:
     async def _run_cpu(self, inputs: dict[int, np.ndarray], target: int) -> np.ndarray:
         def run() -> np.ndarray:
             host = dict(inputs)
-            wanted = {target}
-            needed = set()
-            for node in reversed(self.nodes):
-                if any(t in wanted for t in node.tops) and not all(t in host for t in node.tops):
-                    needed.add(node.index)
-                    wanted.update(node.bottoms)
-            for node in self.nodes:
-                if node.index not in needed:
-                    continue
-                missing = [self.blob_names[b] for b in node.bottoms if b not in host]
-                if missing:
-                    raise PlanError(f"input blob(s) {missing} were not set")
+            for node in needed_nodes(self, set(host), target):
                 outs = node.layer.forward([host[b] for b in node.bottoms])
                 for t, value in zip(node.tops, outs, strict=True):
                     host[t] = value

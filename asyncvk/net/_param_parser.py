@@ -152,8 +152,9 @@ def parse_param_text(
         raise ModelFormatError("empty .param file", file=source)
     n, tokens = lines[0]
     if tokens != [str(MAGIC)]:
-        raise ModelFormatError(f"bad magic {' '.join(tokens)!r} (expected {MAGIC})",
-                               file=source, line=n)
+        raise ModelFormatError(
+            f"bad magic {' '.join(tokens)!r} (expected {MAGIC})", file=source, line=n
+        )
     if len(lines) < 2:
         raise ModelFormatError("missing the layer/blob count line", file=source, line=n + 1)
     n, tokens = lines[1]
@@ -161,13 +162,15 @@ def parse_param_text(
         raise ModelFormatError("expected 'layer_count blob_count'", file=source, line=n)
     counts = [_number(t, where={"file": source, "line": n}, what="count") for t in tokens]
     if any(not isinstance(c, int) or c <= 0 for c in counts):
-        raise ModelFormatError(f"layer and blob counts must be positive integers, got {tokens}",
-                               file=source, line=n)
+        raise ModelFormatError(
+            f"layer and blob counts must be positive integers, got {tokens}", file=source, line=n
+        )
     layer_count, blob_count = int(counts[0]), int(counts[1])
     body = lines[2:]
     if len(body) != layer_count:
         raise ModelFormatError(
-            f"declares {layer_count} layers but has {len(body)} layer lines", file=source,
+            f"declares {layer_count} layers but has {len(body)} layer lines",
+            file=source,
             line=lines[1][0],
         )
     layers: list[LayerDecl] = []
@@ -197,8 +200,7 @@ def parse_param_text(
         bottoms = tuple(tokens[4 : 4 + n_in])
         tops = tuple(tokens[4 + n_in : 4 + n_in + n_out])
         if any("=" in b for b in bottoms + tops):
-            raise ModelFormatError("a blob name contains '=' (counts and names disagree)",
-                                   **where)
+            raise ModelFormatError("a blob name contains '=' (counts and names disagree)", **where)
         if known_types is not None and kind not in known_types:
             raise ModelFormatError(f"unknown layer type {kind!r}", **where)
         if name in names:
@@ -219,6 +221,7 @@ def parse_param_text(
     if len(blob_names) != blob_count:
         raise ModelFormatError(
             f"declares {blob_count} blobs but the layers produce {len(blob_names)}",
-            file=source, line=lines[1][0],
+            file=source,
+            line=lines[1][0],
         )
     return ParamFile(tuple(layers), tuple(blob_names), source)

@@ -121,23 +121,7 @@ class Plan:
     # -- planning ----------------------------------------------------------------------------
 
     def _needed_nodes(self) -> list[_Node]:
-        net = self.net
-        wanted = {self.target}
-        needed: set[int] = set()
-        for node in reversed(net.nodes):
-            if any(t in wanted for t in node.tops) and not all(
-                t in self.input_shapes for t in node.tops
-            ):
-                needed.add(node.index)
-                wanted.update(node.bottoms)
-        missing = [
-            net.blob_names[b]
-            for b in wanted
-            if b not in self.input_shapes and b not in net.producer
-        ]
-        if missing:
-            raise PlanError(f"input blob(s) {missing} were not set")
-        return [n for n in net.nodes if n.index in needed]
+        return needed_nodes(self.net, set(self.input_shapes), self.target)
 
     def _build(self) -> None:
         net = self.net
@@ -344,6 +328,24 @@ class Plan:
             "peak_blob_bytes": self.peak_bytes,
             "sum_blob_bytes": self.sum_blob_bytes,
         }
+
+
+def needed_nodes(net: Net, given: set[int], target: int) -> list[_Node]:
+    """The layers ``target`` depends on, in file order; Input layers must have been fed."""
+    wanted = {target}
+    needed: set[int] = set()
+    missing: list[str] = []
+    for node in reversed(net.nodes):
+        if not any(t in wanted for t in node.tops) or all(t in given for t in node.tops):
+            continue
+        if node.layer.type_name == "Input":
+            missing += [net.blob_names[t] for t in node.tops if t in wanted and t not in given]
+            continue
+        needed.add(node.index)
+        wanted.update(node.bottoms)
+    if missing:
+        raise PlanError(f"input blob(s) {sorted(missing)} were not set")
+    return [n for n in net.nodes if n.index in needed]
 
 
 def _assign_offsets(storages: list[_Storage], alignment: int) -> int:

@@ -30,7 +30,10 @@ class Pooling(VulkanLayer):
         return len(input_shapes[0]) == 3 and self.pooling_type in (0, 1)
 
     def pipeline_specs(self) -> dict[str, PipelineSpec]:
-        spec = (self.pooling_type, self.count_include_pad, self.adaptive)
+        # ncnn excludes only the pads named by params (and the full mode's tail); SAME modes
+        # compute their pads, which it then counts, so they divide by the kernel area.
+        include = 1 if self.pad_mode in (2, 3) else self.count_include_pad
+        spec = (self.pooling_type, include, self.adaptive)
         return {"pool": PipelineSpec("pooling", spec, (8, 8, 1))}
 
     def _pads(self, w: int, h: int) -> tuple[int, int, int, int]:

@@ -1,0 +1,1 @@
+"""numpy reference implementations (the CPU path) of ncnn layers."""

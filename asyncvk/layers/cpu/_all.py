@@ -1,0 +1,3 @@
+"""Import every CPU layer module so each registers itself."""
+
+from . import activation, binary, conv, misc, norm, pool, reduce, resample, shape  # noqa: F401

@@ -1,0 +1,315 @@
+"""Activation layers and ncnn's fused activation (fused_activation.h), vectorised in numpy.
+
+Everything runs in float32 with ncnn's comparison order, so NaN and clamping edge cases match
+the scalar C code (e.g. ReLU keeps NaN, the fused ReLU's ``fmaxf`` turns it into 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ...net._paramdict import ParamDict
+from .._base import Layer
+from .._registry import register_layer
+
+FLT_MAX = float(np.finfo(np.float32).max)
+_SIGMOID_CLAMP = np.float32(88.3762626647949)
+#: activation_type -> how many activation_params it reads (ncnn indexes them unchecked).
+_ACTIVATION_NPARAMS = {0: 0, 1: 0, 2: 1, 3: 2, 4: 0, 5: 0, 6: 2}
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32)
+
+
+def _hard_bounds(alpha: float, beta: float) -> tuple[np.float32, np.float32]:
+    """ncnn's float32 ``lower = -beta / alpha`` and ``upper = 1 / alpha + lower``."""
+    a, b = np.float32(alpha), np.float32(beta)
+    lower = np.float32(-b / a)
+    return lower, np.float32(np.float32(1.0) / a + lower)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """ncnn's sigmoid: clamp to +-88.376 first so expf never overflows."""
+    v = np.clip(_f32(x), -_SIGMOID_CLAMP, _SIGMOID_CLAMP)
+    return (np.float32(1.0) / (np.float32(1.0) + np.exp(-v))).astype(np.float32)
+
+
+def hardswish(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    """x * (x * alpha + beta) between lower and upper, 0 below, x above (ncnn's branch order)."""
+    x = _f32(x)
+    lower, upper = _hard_bounds(alpha, beta)
+    mid = x * (x * np.float32(alpha) + np.float32(beta))
+    return np.where(x < lower, np.float32(0), np.where(x > upper, x, mid)).astype(np.float32)
+
+
+def validate_activation(activation_type: int, params: Sequence[float]) -> None:
+    """Reject what ncnn would silently ignore (unknown type) or read out of bounds (params)."""
+    if activation_type not in _ACTIVATION_NPARAMS:
+        raise ValueError(f"param 9 activation_type={activation_type} is not supported (0..6)")
+    need = _ACTIVATION_NPARAMS[activation_type]
+    if len(params) < need:
+        raise ValueError(
+            f"param 10 activation_params needs {need} values for activation_type "
+            f"{activation_type}, got {len(params)}"
+        )
+
+
+def fused_activation(x: np.ndarray, type: int, params: Sequence[float]) -> np.ndarray:
+    """ncnn's ``activation_ss`` for activation_type 0..6, applied elementwise."""
+    x = _f32(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if type == 0:
+            return x
+        if type == 1:
+            return np.fmax(x, np.float32(0))
+        if type == 2:
+            return np.where(x > 0, x, x * np.float32(params[0])).astype(np.float32)
+        if type == 3:
+            lo, hi = np.float32(params[0]), np.float32(params[1])
+            x = np.where(x < lo, lo, x)
+            return np.where(x > hi, hi, x).astype(np.float32)
+        if type == 4:
+            return sigmoid(x)
+        if type == 5:
+            return (x * np.tanh(np.log(np.exp(x) + np.float32(1)))).astype(np.float32)
+        if type == 6:
+            return hardswish(x, params[0], params[1])
+    raise ValueError(f"activation_type {type} is not supported (0..6)")
+
+
+class _Elementwise(Layer):
+    """One input, one output of the same shape."""
+
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        return [tuple(input_shapes[0])]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        with np.errstate(all="ignore"):
+            return [self.apply(_f32(inputs[0])).astype(np.float32, copy=False)]
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+@register_layer("ReLU")
+class ReLU(_Elementwise):
+    """0 slope(0.f); leaky when slope != 0. Negative values only: NaN stays NaN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slope = 0.0
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.slope = pd.get_float(0, 0.0)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        if self.slope == 0.0:
+            return np.where(x < 0, np.float32(0), x)
+        return np.where(x < 0, x * np.float32(self.slope), x)
+
+
+@register_layer("Clip")
+class Clip(_Elementwise):
+    """0 min(-FLT_MAX), 1 max(FLT_MAX); min applied first, then max (ncnn's order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.min = -FLT_MAX
+        self.max = FLT_MAX
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.min = pd.get_float(0, -FLT_MAX)
+        self.max = pd.get_float(1, FLT_MAX)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        lo, hi = np.float32(self.min), np.float32(self.max)
+        x = np.where(x < lo, lo, x)
+        return np.where(x > hi, hi, x)
+
+
+@register_layer("Sigmoid")
+class Sigmoid(_Elementwise):
+    """No params."""
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return sigmoid(x)
+
+
+@register_layer("TanH")
+class TanH(_Elementwise):
+    """No params."""
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return np.tanh(x)
+
+
+@register_layer("Swish")
+class Swish(_Elementwise):
+    """x / (1 + exp(-x)), no clamping (unlike Sigmoid)."""
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return x / (np.float32(1) + np.exp(-x))
+
+
+@register_layer("HardSigmoid")
+class HardSigmoid(_Elementwise):
+    """0 alpha(0.2), 1 beta(0.5): 0 below lower, 1 above upper, else x * alpha + beta."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alpha = 0.2
+        self.beta = 0.5
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.alpha = pd.get_float(0, 0.2)
+        self.beta = pd.get_float(1, 0.5)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        lower, upper = _hard_bounds(self.alpha, self.beta)
+        mid = x * np.float32(self.alpha) + np.float32(self.beta)
+        return np.where(x < lower, np.float32(0), np.where(x > upper, np.float32(1), mid))
+
+
+@register_layer("HardSwish")
+class HardSwish(HardSigmoid):
+    """0 alpha(0.2), 1 beta(0.5) (pytorch's is 1/6, 0.5: set in the .param)."""
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return hardswish(x, self.alpha, self.beta)
+
+
+@register_layer("Mish")
+class Mish(_Elementwise):
+    """x * tanh(softplus(x)) with ncnn's +-20 thresholds on softplus."""
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        t = np.float32(20)
+        soft = np.where(x > t, x, np.where(x < -t, np.exp(x), np.log(np.exp(x) + np.float32(1))))
+        return x * np.tanh(soft)
+
+
+@register_layer("ELU")
+class ELU(_Elementwise):
+    """0 alpha(0.1): alpha * (exp(x) - 1) for x < 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alpha = 0.1
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.alpha = pd.get_float(0, 0.1)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return np.where(x < 0, np.float32(self.alpha) * (np.exp(x) - np.float32(1)), x)
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+@register_layer("GELU")
+class GELU(_Elementwise):
+    """0 fast_gelu(0): the tanh approximation when set, else the exact erfc form."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fast_gelu = 0
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.fast_gelu = pd.get_int(0, 0)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        half = np.float32(0.5)
+        if self.fast_gelu:
+            inner = np.float32(0.79788452) * (x + np.float32(0.044715) * x * x * x)
+            return half * x * (np.float32(1) + np.tanh(inner))
+        arg = (np.float32(-0.70710678) * x).astype(np.float64)
+        return half * x * _erfc(arg).astype(np.float32)
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    """ncnn's sign: 0 for NaN too."""
+    return np.where(x > 0, np.float32(1), np.where(x < 0, np.float32(-1), np.float32(0)))
+
+
+#: ncnn's UnaryOp operation ids (unaryop.h) and their float32 numpy forms.
+UNARY_OPS: dict[int, Callable[[np.ndarray], np.ndarray]] = {
+    0: np.abs,
+    1: np.negative,
+    2: np.floor,
+    3: np.ceil,
+    4: np.square,
+    5: np.sqrt,
+    6: lambda x: np.float32(1) / np.sqrt(x),
+    7: np.exp,
+    8: np.log,
+    9: np.sin,
+    10: np.cos,
+    11: np.tan,
+    12: np.arcsin,
+    13: np.arccos,
+    14: np.arctan,
+    15: lambda x: np.float32(1) / x,
+    16: np.tanh,
+    17: np.log10,
+    18: np.rint,  # nearbyintf under FE_TONEAREST: round half to even
+    19: np.trunc,
+    20: _sign,
+    21: np.expm1,
+    22: np.sinh,
+    23: np.arcsinh,
+    24: np.cosh,
+    25: np.arccosh,
+    26: np.arctanh,
+    27: np.log1p,
+}
+
+
+@register_layer("UnaryOp")
+class UnaryOp(_Elementwise):
+    """0 op_type(0): ids 0 abs .. 27 log1p as unaryop.h."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.op_type = 0
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.op_type = pd.get_int(0, 0)
+        if self.op_type not in UNARY_OPS:
+            raise ValueError(f"param 0 op_type={self.op_type} is not supported (0..27)")
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return UNARY_OPS[self.op_type](x)
+
+
+@register_layer("Dropout")
+class Dropout(_Elementwise):
+    """0 scale(1.f): inference-time dropout is a multiply, or nothing at scale 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 1.0
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.scale = pd.get_float(0, 1.0)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        if self.scale == 1.0:
+            return x
+        return x * np.float32(self.scale)
+
+
+@register_layer("Noop")
+class Noop(Layer):
+    """Passes every input through unchanged (any number of blobs)."""
+
+    one_blob_only = False
+
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        return [tuple(s) for s in input_shapes]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return list(inputs)

@@ -1,0 +1,203 @@
+"""BinaryOp and Eltwise: elementwise arithmetic on two or more blobs, as ncnn computes it.
+
+BinaryOp follows ncnn's own broadcasting (BinaryOp::forward): the lower-rank blob is first
+reshaped to the higher rank by ncnn's fixed rules (a 1-D blob lines up with ``c`` when its
+length equals the other blob's ``c``, else with ``w``; a 2-D ``(h, w)`` blob against 3-D
+becomes ``(c=h, h=w, w=1)``), then size-1 dims broadcast. That is not numpy's right-aligned
+rule, so the expansion is spelled out here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...net._paramdict import ParamDict
+from .._base import Layer
+from .._registry import register_layer
+
+_F32 = np.float32
+
+
+def _std_max(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``std::max(x, y)``: ``x < y ? y : x`` (NaN handling as C++, not np.maximum)."""
+    return np.where(x < y, y, x)
+
+
+def _std_min(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``std::min(x, y)``: ``y < x ? y : x``."""
+    return np.where(y < x, y, x)
+
+
+def _remainder(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """C ``remainderf``: ``x - n*y`` with ``n`` = x/y rounded half to even.
+
+    Done in float64, where the quotient of two float32 values cannot land on a false tie.
+    """
+    x64 = x.astype(np.float64)
+    y64 = y.astype(np.float64)
+    return (x64 - np.rint(x64 / y64) * y64).astype(_F32)
+
+
+def _logaddexp(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """ncnn's ``max + log1p(exp(min - max))`` in float32."""
+    mx = _std_max(x, y)
+    mn = _std_min(x, y)
+    return (mx + np.log1p(np.exp(mn - mx))).astype(_F32)
+
+
+# op_type -> (function, swap operands); the "r" ops are the plain op with a and b swapped.
+_OPS: dict[int, tuple[Callable[[np.ndarray, np.ndarray], np.ndarray], bool]] = {
+    0: (np.add, False),
+    1: (np.subtract, False),
+    2: (np.multiply, False),
+    3: (np.divide, False),
+    4: (_std_max, False),
+    5: (_std_min, False),
+    6: (np.power, False),
+    7: (np.subtract, True),
+    8: (np.divide, True),
+    9: (np.power, True),
+    10: (np.arctan2, False),
+    11: (np.arctan2, True),
+    12: (np.fmod, False),
+    13: (np.fmod, True),
+    14: (_logaddexp, False),
+    15: (lambda x, y: np.floor(x / y), False),
+    16: (lambda x, y: np.floor(x / y), True),
+    17: (_remainder, False),
+    18: (_remainder, True),
+}
+
+
+def apply_binary(op_type: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``op(a, b)`` in float32 with numpy broadcasting; IEEE inf/nan, no warnings."""
+    fn, swap = _OPS[op_type]
+    if swap:
+        a, b = b, a
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(a, b), dtype=_F32)
+
+
+def _expand_shape(shape: tuple[int, ...], other: tuple[int, ...], outdims: int) -> tuple[int, ...]:
+    """The numpy shape ncnn's ``Mat::reshape`` gives a lower-rank operand (BinaryOp::forward)."""
+    dims = len(shape)
+    if dims >= outdims:
+        return shape
+    if dims == 1:
+        (w,) = shape
+        # compare with the other blob's h (2-D) or c (3-D/4-D): ncnn's first axis
+        matches_outer = w == other[0]
+        if outdims == 2:
+            return (w, 1) if matches_outer else (1, w)
+        if outdims == 3:
+            return (w, 1, 1) if matches_outer else (1, 1, w)
+        return (w, 1, 1, 1) if matches_outer else (1, 1, 1, w)
+    if dims == 2:
+        h, w = shape
+        return (h, w, 1) if outdims == 3 else (h, w, 1, 1)
+    # dims 3 -> 4: reshape(1, w, h, c)
+    c, h, w = shape
+    return (c, h, w, 1)
+
+
+def binary_shapes(
+    a: tuple[int, ...], b: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Expanded shapes of both operands and the output shape, or ValueError when they clash."""
+    outdims = max(len(a), len(b))
+    a2 = _expand_shape(a, b, outdims)
+    b2 = _expand_shape(b, a, outdims)
+    out = []
+    for x, y in zip(a2, b2, strict=True):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"BinaryOp: shapes {a} and {b} do not broadcast")
+        out.append(max(x, y))
+    return a2, b2, tuple(out)
+
+
+@register_layer("BinaryOp")
+class BinaryOp(Layer):
+    """Two-blob (or blob-and-scalar) elementwise op; ops 0..18 as ncnn's BinaryOp."""
+
+    one_blob_only = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.op_type = 0
+        self.with_scalar = 0
+        self.b = 0.0
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.op_type = pd.get_int(0, 0)
+        if self.op_type not in _OPS:
+            raise ValueError(f"BinaryOp: param 0 op_type={self.op_type} unsupported")
+        self.with_scalar = pd.get_int(1, 0)
+        self.b = pd.get_float(2, 0.0)
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        a = np.asarray(inputs[0], dtype=_F32)
+        if self.with_scalar:
+            return [apply_binary(self.op_type, a, np.full_like(a, _F32(self.b)))]
+        b = np.asarray(inputs[1], dtype=_F32)
+        a2, b2, _ = binary_shapes(a.shape, b.shape)
+        return [apply_binary(self.op_type, a.reshape(a2), b.reshape(b2))]
+
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        if self.with_scalar:
+            return [tuple(input_shapes[0])]
+        return [binary_shapes(tuple(input_shapes[0]), tuple(input_shapes[1]))[2]]
+
+
+@register_layer("Eltwise")
+class Eltwise(Layer):
+    """N-input product (0), weighted sum (1) or max (2) of same-shaped blobs."""
+
+    one_blob_only = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.op_type = 0
+        self.coeffs: tuple[float, ...] = ()
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.op_type = pd.get_int(0, 0)
+        if self.op_type not in (0, 1, 2):
+            raise ValueError(f"Eltwise: param 0 op_type={self.op_type} unsupported")
+        self.coeffs = pd.get_floats(1, ())
+
+    def _check(self, shapes: list[tuple[int, ...]]) -> None:
+        if len(shapes) < 2:
+            raise ValueError("Eltwise needs at least two inputs")
+        if any(s != shapes[0] for s in shapes):
+            raise ValueError(f"Eltwise: input shapes differ: {shapes}")
+        if self.op_type == 1 and self.coeffs and len(self.coeffs) < len(shapes):
+            raise ValueError(f"Eltwise: param 1 coeffs has {len(self.coeffs)} values")
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        xs = [np.asarray(x, dtype=_F32) for x in inputs]
+        self._check([x.shape for x in xs])
+        if self.op_type == 0:
+            out = xs[0] * xs[1]
+            for x in xs[2:]:
+                out = out * x
+        elif self.op_type == 1 and not self.coeffs:
+            out = xs[0] + xs[1]
+            for x in xs[2:]:
+                out = out + x
+        elif self.op_type == 1:
+            k = [_F32(c) for c in self.coeffs]
+            out = xs[0] * k[0] + xs[1] * k[1]
+            for i, x in enumerate(xs[2:], start=2):
+                out = out + x * k[i]
+        else:
+            out = _std_max(xs[0], xs[1])
+            for x in xs[2:]:
+                out = _std_max(out, x)
+        return [np.asarray(out, dtype=_F32)]
+
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        shapes = [tuple(s) for s in input_shapes]
+        self._check(shapes)
+        return [shapes[0]]

@@ -1,0 +1,140 @@
+"""Per-channel affine layers: BatchNorm, Scale, Bias, PReLU (ncnn's reference semantics).
+
+"Channel" is axis 0 of the blob for every dims, as ncnn's loops index w (dims 1), rows
+(dims 2) or channels (dims 3/4) -- except Bias, which ncnn applies per Mat channel only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...net._paramdict import ParamDict
+from .._base import Layer, ModelBin
+from .._registry import register_layer
+
+
+def _per_axis0(values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Broadcast one value per index of axis 0 over the rest of ``x``."""
+    n = x.shape[0]
+    if values.size < n:
+        raise ValueError(f"{values.size} per-channel values for a blob of shape {x.shape}")
+    return values[:n].reshape((n,) + (1,) * (x.ndim - 1))
+
+
+class _SameShape(Layer):
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        return [tuple(input_shapes[0])]
+
+
+@register_layer("BatchNorm")
+class BatchNorm(_SameShape):
+    """0 channels, 1 eps(0.f); weights slope, mean, var, bias (raw fp32 each).
+
+    Folded at load into b * x + a exactly as ncnn (float32, sqrt_var 0 -> 0.0001).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.channels = 0
+        self.eps = 0.0
+        self.a = np.zeros(0, np.float32)
+        self.b = np.zeros(0, np.float32)
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.channels = pd.get_int(0, 0)
+        self.eps = pd.get_float(1, 0.0)
+
+    def load_model(self, mb: ModelBin) -> None:
+        n = self.channels
+        slope, mean, var, bias = (np.asarray(mb.load(n, 1), np.float32) for _ in range(4))
+        sqrt_var = np.sqrt(var + np.float32(self.eps)).astype(np.float32)
+        sqrt_var = np.where(sqrt_var == 0, np.float32(0.0001), sqrt_var)
+        self.a = (bias - slope * mean / sqrt_var).astype(np.float32)
+        self.b = (slope / sqrt_var).astype(np.float32)
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(inputs[0], np.float32)
+        return [(_per_axis0(self.b, x) * x + _per_axis0(self.a, x)).astype(np.float32)]
+
+
+@register_layer("Scale")
+class Scale(_SameShape):
+    """0 scale_data_size, 1 bias_term; -233 takes the scale from a second input blob."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale_data_size = 0
+        self.bias_term = 0
+        self.scale: np.ndarray | None = None
+        self.bias: np.ndarray | None = None
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.scale_data_size = pd.get_int(0, 0)
+        self.bias_term = pd.get_int(1, 0)
+        if self.scale_data_size == -233:
+            self.one_blob_only = False  # type: ignore[misc]
+            if self.bias_term:
+                # ncnn loads no bias in this mode and would read an empty Mat
+                raise ValueError("param 1 bias_term needs a fixed param 0 scale_data_size")
+
+    def load_model(self, mb: ModelBin) -> None:
+        if self.scale_data_size == -233:
+            return
+        self.scale = np.asarray(mb.load(self.scale_data_size, 1), np.float32)
+        if self.bias_term:
+            self.bias = np.asarray(mb.load(self.scale_data_size, 1), np.float32)
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(inputs[0], np.float32)
+        if self.scale_data_size == -233:
+            scale = np.asarray(inputs[1], np.float32).reshape(-1)
+        else:
+            assert self.scale is not None
+            scale = self.scale
+        out = x * _per_axis0(scale, x)
+        if self.bias is not None:
+            out = out + _per_axis0(self.bias, x)
+        return [out.astype(np.float32)]
+
+
+@register_layer("Bias")
+class Bias(_SameShape):
+    """0 bias_data_size; adds bias[q] per Mat channel (dims 1/2 are one channel: bias[0])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias_data_size = 0
+        self.bias = np.zeros(0, np.float32)
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.bias_data_size = pd.get_int(0, 0)
+
+    def load_model(self, mb: ModelBin) -> None:
+        self.bias = np.asarray(mb.load(self.bias_data_size, 1), np.float32)
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(inputs[0], np.float32)
+        if x.ndim <= 2:
+            return [(x + self.bias[0]).astype(np.float32)]
+        return [(x + _per_axis0(self.bias, x)).astype(np.float32)]
+
+
+@register_layer("PReLU")
+class PReLU(_SameShape):
+    """0 num_slope; one slope per axis-0 index, or one shared slope when num_slope is 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_slope = 0
+        self.slope = np.zeros(0, np.float32)
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.num_slope = pd.get_int(0, 0)
+
+    def load_model(self, mb: ModelBin) -> None:
+        self.slope = np.asarray(mb.load(self.num_slope, 1), np.float32)
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(inputs[0], np.float32)
+        slope = _per_axis0(self.slope, x) if self.num_slope > 1 else self.slope[0]
+        return [np.where(x < 0, x * slope, x).astype(np.float32)]

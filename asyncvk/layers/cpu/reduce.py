@@ -1,0 +1,135 @@
+"""Reduction and Softmax, with ncnn's output shapes and its float32 formulas.
+
+Reduction keeps ncnn's quirks on purpose: LogSumExp is ``log(sum(exp(x)))`` without the max
+shift (so it overflows where ncnn does), MEAN multiplies by ``coeff / count``, L2 flushes a
+subnormal sum to zero before the square root.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...net._paramdict import ParamDict
+from .._base import Layer
+from .._registry import register_layer
+
+_F32 = np.float32
+_FLT_MIN = np.finfo(np.float32).tiny
+Shape = tuple[int, ...]
+
+
+@register_layer("Reduction")
+class Reduction(Layer):
+    """Reduce over ``axes`` (3) or everything (``reduce_all`` 1): ops 0 sum, 1 asum, 2 sumsq,
+    3 mean, 4 max, 5 min, 6 prod, 7 L1, 8 L2, 9 log-sum, 10 log-sum-exp; times ``coeff`` (2);
+    ``keepdims`` (4)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.operation = 0
+        self.reduce_all = 1
+        self.coeff = 1.0
+        self.axes: tuple[int, ...] = ()
+        self.keepdims = 0
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.operation = pd.get_int(0, 0)
+        self.reduce_all = pd.get_int(1, 1)
+        self.coeff = pd.get_float(2, 1.0)
+        self.axes = pd.get_ints(3, ())
+        self.keepdims = pd.get_int(4, 0)
+        if not 0 <= self.operation <= 10:
+            raise ValueError(f"Reduction: param 0 operation={self.operation} unsupported")
+        if pd.get_int(5, 0) == 0 and self.axes:
+            raise ValueError("Reduction: param 5 fixbug0=0 with axes: param too old, regenerate")
+
+    def _reduced_axes(self, shape: Shape) -> tuple[int, ...]:
+        """numpy axes ncnn reduces (a 1-D blob is always reduced whole)."""
+        dims = len(shape)
+        if self.reduce_all or dims == 1:
+            return tuple(range(dims))
+        axes = set()
+        for a in self.axes:
+            pos = a + dims if a < 0 else a
+            if not 0 <= pos < dims:
+                raise ValueError(f"Reduction: param 3 axis {a} out of range for {shape}")
+            axes.add(pos)
+        if not axes:
+            raise ValueError("Reduction: param 3 axes reduces nothing")
+        return tuple(sorted(axes))
+
+    def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        axes = self._reduced_axes(shape)
+        if self.keepdims:
+            return [tuple(1 if i in axes else n for i, n in enumerate(shape))]
+        out = tuple(n for i, n in enumerate(shape) if i not in axes)
+        return [out if out else (1,)]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(inputs[0], dtype=_F32)
+        axes = self._reduced_axes(x.shape)
+        (out_shape,) = self.output_shapes([x.shape])
+        op = self.operation
+        with np.errstate(all="ignore"):
+            if op in (0, 3, 9):
+                r = np.sum(x, axis=axes, dtype=_F32)
+            elif op in (1, 7):
+                r = np.sum(np.abs(x), axis=axes, dtype=_F32)
+            elif op in (2, 8):
+                r = np.sum(x * x, axis=axes, dtype=_F32)
+            elif op == 4:
+                r = np.maximum(np.max(x, axis=axes), _F32(-np.finfo(_F32).max))
+            elif op == 5:
+                r = np.minimum(np.min(x, axis=axes), _F32(np.finfo(_F32).max))
+            elif op == 6:
+                r = np.prod(x, axis=axes, dtype=_F32)
+            else:
+                r = np.sum(np.exp(x), axis=axes, dtype=_F32)
+            r = np.asarray(r, dtype=_F32)
+            if op in (9, 10):
+                r = np.log(r)
+            if op == 8:
+                r = np.sqrt(np.where(r < _FLT_MIN, _F32(0), r))
+            coeff = _F32(self.coeff)
+            if op == 3:
+                count = int(np.prod([x.shape[a] for a in axes]))
+                coeff = _F32(coeff / _F32(count))
+            if coeff != _F32(1):
+                r = r * coeff
+        return [np.asarray(r, dtype=_F32).reshape(out_shape)]
+
+
+@register_layer("Softmax")
+class Softmax(Layer):
+    """``exp(x - max) / sum`` along ``axis`` (0); ``fixbug0`` (1) must be 1 when axis != 0."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.axis = 0
+
+    def load_param(self, pd: ParamDict) -> None:
+        self.axis = pd.get_int(0, 0)
+        if pd.get_int(1, 0) == 0 and self.axis != 0:
+            raise ValueError("Softmax: param 1 fixbug0=0 with axis != 0: param too old")
+
+    def _axis(self, dims: int) -> int:
+        if dims == 1:
+            return 0  # ncnn softmaxes a 1-D blob whole, whatever the axis
+        pos = self.axis + dims if self.axis < 0 else self.axis
+        if not 0 <= pos < dims:
+            raise ValueError(f"Softmax: param 0 axis {self.axis} out of range for {dims}-D")
+        return pos
+
+    def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
+        self._axis(len(input_shapes[0]))
+        return [tuple(input_shapes[0])]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(inputs[0], dtype=_F32)
+        axis = self._axis(x.ndim)
+        m = np.maximum(np.max(x, axis=axis, keepdims=True), _F32(-np.finfo(_F32).max))
+        with np.errstate(all="ignore"):
+            e = np.exp(x - m)
+            s = np.sum(e, axis=axis, keepdims=True, dtype=_F32)
+            return [np.asarray(e / s, dtype=_F32)]

@@ -1,0 +1,244 @@
+"""Every GPU layer against its numpy reference, through a one-layer Net, over shapes and params
+that reach every code path (odd sizes, channels not divisible by 4, every param variant)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from asyncvk.gpu import VulkanDevice
+from asyncvk.net._net import Net
+from asyncvk.net._option import Option
+
+RNG = np.random.default_rng(7767517)
+
+
+@dataclass
+class Case:
+    type: str
+    params: str
+    inputs: list[tuple[int, ...]]
+    weights: list[tuple[int, int]] = field(default_factory=list)  # (count, ncnn load type)
+    tops: int = 1
+    positive: bool = False
+    unit: bool = False  # inputs inside (-0.9, 0.9), where asin/acos are well conditioned
+    gpu_expected: bool = True
+
+    @property
+    def id(self) -> str:
+        shapes = "+".join("x".join(map(str, s)) for s in self.inputs)
+        return f"{self.type}[{self.params or '-'}][{shapes}]"
+
+
+def build(case: Case) -> tuple[bytes, bytes]:
+    n_in = len(case.inputs)
+    lines = [f"Input in{i} 0 1 in{i}" for i in range(n_in)]
+    bottoms = " ".join(f"in{i}" for i in range(n_in))
+    tops = " ".join(f"out{i}" for i in range(case.tops))
+    lines.append(f"{case.type} layer {n_in} {case.tops} {bottoms} {tops} {case.params}")
+    param = f"7767517\n{len(lines)} {n_in + case.tops}\n" + "\n".join(lines) + "\n"
+    weights = b""
+    for count, kind in case.weights:
+        data = RNG.standard_normal(count).astype(np.float32)
+        if case.type == "BatchNorm":
+            data = np.abs(data) + 0.5  # the variance must be positive
+        weights += (struct.pack("<I", 0) if kind == 0 else b"") + data.tobytes()
+    return param.encode(), weights
+
+
+def conv_weights(
+    cout: int, cin: int, k: int, group: int = 1, bias: bool = True
+) -> list[tuple[int, int]]:
+    w = [(cout * (cin // group) * k * k, 0)]
+    return w + ([(cout, 1)] if bias else [])
+
+
+CASES: list[Case] = [
+    # convolution family
+    Case("Convolution", "0=7 1=3 4=1 5=1 6=315 9=1", [(5, 9, 11)], conv_weights(7, 5, 3)),
+    Case(
+        "Convolution",
+        "0=6 1=3 2=2 3=2 5=1 6=270 9=2 -23310=1,0.1",
+        [(5, 13, 10)],
+        conv_weights(6, 5, 3),
+    ),
+    Case(
+        "Convolution",
+        "0=4 1=5 3=2 4=-233 5=1 6=300 9=3 -23310=2,-0.5,0.5",
+        [(3, 11, 9)],
+        conv_weights(4, 3, 5),
+    ),
+    Case(
+        "Convolution",
+        "0=4 1=3 4=1 15=2 14=0 16=1 5=0 6=108 9=4",
+        [(3, 7, 8)],
+        conv_weights(4, 3, 3, bias=False),
+    ),
+    Case("Convolution", "0=5 1=1 5=1 6=15 9=5", [(3, 6, 6)], conv_weights(5, 3, 1)),
+    Case(
+        "Convolution",
+        "0=5 1=3 4=1 18=0.5 5=1 6=45 9=6 -23310=2,0.2,0.5",
+        [(1, 5, 5)],
+        conv_weights(5, 1, 3),
+    ),
+    Case(
+        "Convolution",
+        "0=3 1=2 11=3 3=1 13=2 4=-234 5=1 6=36",
+        [(2, 8, 7)],
+        [(3 * 2 * 2 * 3, 0), (3, 1)],
+    ),
+    Case(
+        "ConvolutionDepthWise",
+        "0=6 1=3 4=1 5=1 6=54 7=6 9=1",
+        [(6, 8, 9)],
+        conv_weights(6, 6, 3, group=6),
+    ),
+    Case(
+        "ConvolutionDepthWise",
+        "0=6 1=3 3=2 5=1 6=108 7=2",
+        [(4, 9, 9)],
+        conv_weights(6, 4, 3, group=2),
+    ),
+    Case("Deconvolution", "0=5 1=3 3=2 4=1 18=1 5=1 6=135 9=1", [(3, 5, 6)], conv_weights(5, 3, 3)),
+    Case("Deconvolution", "0=4 1=2 3=2 5=1 6=48", [(3, 4, 5)], conv_weights(4, 3, 2)),
+    Case(
+        "Deconvolution", "0=3 1=3 2=2 3=1 5=0 6=162", [(6, 4, 4)], conv_weights(3, 6, 3, bias=False)
+    ),
+    Case(
+        "DeconvolutionDepthWise",
+        "0=4 1=3 3=2 4=1 5=1 6=36 7=4",
+        [(4, 5, 5)],
+        conv_weights(4, 4, 3, group=4),
+    ),
+    Case("InnerProduct", "0=10 1=1 2=630 9=1", [(7, 3, 3)], [(630, 0), (10, 1)]),
+    Case("InnerProduct", "0=3 1=0 2=21 9=4", [(7,)], [(21, 0)]),
+    # pooling
+    Case("Pooling", "0=0 1=3 2=2", [(3, 10, 11)]),
+    Case("Pooling", "0=0 1=3 2=2 5=1", [(3, 10, 11)]),
+    Case("Pooling", "0=1 1=3 2=2 3=1 6=0", [(5, 9, 8)]),
+    Case("Pooling", "0=1 1=3 2=2 3=1 6=1", [(5, 9, 8)]),
+    Case("Pooling", "0=1 1=2 2=2 5=2", [(2, 7, 9)]),
+    Case("Pooling", "0=0 1=3 2=2 5=3", [(2, 7, 9)]),
+    Case("Pooling", "0=0 4=1", [(6, 5, 7)]),
+    Case("Pooling", "0=1 4=1", [(6, 5, 7)]),
+    Case("Pooling", "0=1 7=1 8=3 18=2", [(3, 8, 7)]),
+    # per-channel affine
+    Case("BatchNorm", "0=5 1=0.001", [(5, 4, 6)], [(5, 1), (5, 1), (5, 1), (5, 1)]),
+    Case("Scale", "0=5 1=1", [(5, 3, 3)], [(5, 1), (5, 1)]),
+    Case("Bias", "0=4", [(4, 3, 5)], [(4, 1)]),
+    Case("PReLU", "0=4", [(4, 3, 5)], [(4, 1)]),
+    Case("PReLU", "0=1", [(3, 3, 5)], [(1, 1)]),
+    # activations
+    *[
+        Case(t, p, [(3, 5, 7)])
+        for t, p in [
+            ("ReLU", ""),
+            ("ReLU", "0=0.1"),
+            ("Clip", "0=-0.5 1=0.7"),
+            ("Sigmoid", ""),
+            ("TanH", ""),
+            ("Swish", ""),
+            ("HardSigmoid", "0=0.3 1=0.4"),
+            ("HardSwish", ""),
+            ("Mish", ""),
+            ("ELU", "0=0.7"),
+            ("GELU", ""),
+            ("GELU", "0=1"),
+            ("Dropout", "0=0.5"),
+            ("Dropout", ""),
+            ("Noop", ""),
+        ]
+    ],
+    *[
+        Case("UnaryOp", f"0={op}", [(2, 3, 5)], positive=op in (5, 6, 8, 17), unit=op in (12, 13))
+        for op in range(20)
+    ],
+    # binary
+    *[
+        Case("BinaryOp", f"0={op}", [(3, 4, 5), (3, 4, 5)], positive=op in (6, 9))
+        for op in range(12)
+    ],
+    Case("BinaryOp", "0=2", [(4, 5, 6), (4,)]),
+    Case("BinaryOp", "0=0", [(4, 5, 6), (6,)]),
+    Case("BinaryOp", "0=1", [(4, 5, 6), (4, 1, 1)]),
+    Case("BinaryOp", "0=0", [(4, 5, 6), (1, 5, 6)]),
+    Case("BinaryOp", "0=3", [(4, 5, 6), (4, 5)], positive=True),
+    Case("BinaryOp", "0=0", [(5, 6), (6,)]),
+    Case("BinaryOp", "0=7 1=1 2=0.5", [(3, 4, 5)]),
+    Case("Eltwise", "0=1 -23301=3,0.5,-1.0,2.0", [(3, 4, 5)] * 3),
+    Case("Eltwise", "0=0", [(3, 4, 5)] * 2),
+    Case("Eltwise", "0=2", [(3, 4, 5)] * 3),
+    # data movement
+    Case("Concat", "0=0", [(3, 4, 5), (2, 4, 5)]),
+    Case("Concat", "0=1", [(3, 4, 5), (3, 2, 5), (3, 1, 5)]),
+    Case("Concat", "0=-1", [(3, 4, 5), (3, 4, 2)]),
+    Case("Split", "", [(3, 4, 5)], tops=2),
+    Case("Slice", "-23300=2,-233,-233 1=0", [(6, 4, 5)], tops=2),
+    Case("Slice", "-23300=3,1,2,-233 1=2", [(3, 4, 7)], tops=3),
+    Case("Crop", "0=1 1=2 2=1 3=3 4=2 5=2", [(4, 6, 7)]),
+    Case("Crop", "-23309=2,1,2 -23310=2,-1,-2 -23311=2,1,2", [(3, 7, 8)]),
+    Case("Padding", "0=1 1=2 2=3 3=1 4=0 5=0.5", [(2, 4, 5)]),
+    Case("Padding", "0=2 1=1 2=1 3=2 4=1", [(2, 4, 5)]),
+    Case("Padding", "0=2 1=1 2=1 3=2 4=2", [(2, 4, 5)]),
+    Case("Reshape", "0=-1 1=4", [(2, 4, 5)]),
+    Case("Flatten", "", [(2, 4, 5)]),
+    *[Case("Permute", f"0={t}", [(3, 4, 5)]) for t in range(6)],
+    Case("ShuffleChannel", "0=2", [(6, 3, 4)]),
+    Case("ShuffleChannel", "0=3 1=1", [(6, 3, 4)]),
+    Case("PixelShuffle", "0=2", [(8, 3, 4)]),
+    Case("Interp", "0=1 1=2.0 2=2.0", [(3, 5, 6)]),
+    Case("Interp", "0=2 3=7 4=9", [(3, 5, 6)]),
+    Case("Interp", "0=2 3=7 4=9 6=1", [(3, 5, 6)]),
+    Case("Interp", "0=3 1=2.0 2=2.0", [(2, 5, 6)]),
+    Case("Interp", "0=3 3=4 4=3 6=1", [(2, 5, 6)]),
+    Case("Softmax", "0=0", [(4, 3, 5)]),
+    Case("Softmax", "0=2 1=1", [(4, 3, 5)]),
+    Case("Softmax", "0=1 1=1", [(4, 3, 5)]),
+    Case("Reduction", "0=3 1=0 -23303=2,1,2 4=0 5=1", [(4, 3, 5)]),
+    Case("Reduction", "0=3 1=0 -23303=2,1,2 4=1 5=1", [(4, 3, 5)]),
+    *[
+        Case("Reduction", f"0={op} 1=1 2=0.5", [(3, 4, 5)], positive=op in (9, 10))
+        for op in range(11)
+    ],
+]
+
+
+async def _run(
+    case: Case, gpu: bool, inputs: list[np.ndarray], param: bytes, weights: bytes
+) -> tuple[list[np.ndarray], Net]:
+    net = Net(Option(use_vulkan_compute=gpu))
+    await net.load_param(param)
+    await net.load_model(weights)
+    outs = []
+    for t in range(case.tops):
+        ex = net.create_extractor()
+        for i, x in enumerate(inputs):
+            ex.input(f"in{i}", x)
+        outs.append(await ex.extract(f"out{t}"))
+    return outs, net
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
+    param, weights = build(case)
+    inputs = []
+    for shape in case.inputs:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        if case.unit:
+            x = RNG.uniform(-0.9, 0.9, shape).astype(np.float32)
+        inputs.append(np.abs(x) + 0.1 if case.positive else x)
+    expected, cpu_net = await _run(case, False, inputs, param, weights)
+    await cpu_net.aclose()
+    got, gpu_net = await _run(case, True, inputs, param, weights)
+    try:
+        plans = [p for ps in gpu_net._plans.values() for p in ps]
+        if case.gpu_expected:
+            assert all(p.cpu_layer_count == 0 for p in plans), "fell back to the CPU"
+    finally:
+        await gpu_net.aclose()
+    for e, g in zip(expected, got, strict=True):
+        assert e.shape == g.shape
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
