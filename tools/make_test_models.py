@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F  # noqa: N812
+from torch.nn import functional as F
 
 ROOT = Path(__file__).resolve().parent.parent / "tests" / "models"
 
@@ -60,17 +60,24 @@ class SqueezeNet11(nn.Module):
     def __init__(self, classes: int = 1000) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(3, 64, 3, stride=2), nn.ReLU(inplace=True),
+            nn.Conv2d(3, 64, 3, stride=2),
+            nn.ReLU(inplace=True),
             nn.MaxPool2d(3, 2, ceil_mode=True),
-            Fire(64, 16, 64, 64), Fire(128, 16, 64, 64),
+            Fire(64, 16, 64, 64),
+            Fire(128, 16, 64, 64),
             nn.MaxPool2d(3, 2, ceil_mode=True),
-            Fire(128, 32, 128, 128), Fire(256, 32, 128, 128),
+            Fire(128, 32, 128, 128),
+            Fire(256, 32, 128, 128),
             nn.MaxPool2d(3, 2, ceil_mode=True),
-            Fire(256, 48, 192, 192), Fire(384, 48, 192, 192),
-            Fire(384, 64, 256, 256), Fire(512, 64, 256, 256),
+            Fire(256, 48, 192, 192),
+            Fire(384, 48, 192, 192),
+            Fire(384, 64, 256, 256),
+            Fire(512, 64, 256, 256),
         )
         self.classifier = nn.Sequential(
-            nn.Dropout(0.5), nn.Conv2d(512, classes, 1), nn.ReLU(inplace=True),
+            nn.Dropout(0.5),
+            nn.Conv2d(512, classes, 1),
+            nn.ReLU(inplace=True),
             nn.AdaptiveAvgPool2d(1),
         )
 
@@ -81,7 +88,9 @@ class SqueezeNet11(nn.Module):
 # -- MobileNetV2 ---------------------------------------------------------------------------------
 
 
-def _conv_bn(cin: int, cout: int, k: int, s: int, groups: int = 1, act: bool = True) -> nn.Sequential:
+def _conv_bn(
+    cin: int, cout: int, k: int, s: int, groups: int = 1, act: bool = True
+) -> nn.Sequential:
     layers: list[nn.Module] = [
         nn.Conv2d(cin, cout, k, s, (k - 1) // 2, groups=groups, bias=False),
         nn.BatchNorm2d(cout),
@@ -99,8 +108,10 @@ class InvertedResidual(nn.Module):
         layers: list[nn.Module] = []
         if expand != 1:
             layers.append(_conv_bn(cin, hidden, 1, 1))
-        layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden),
-                   _conv_bn(hidden, cout, 1, 1, act=False)]
+        layers += [
+            _conv_bn(hidden, hidden, 3, stride, groups=hidden),
+            _conv_bn(hidden, cout, 1, 1, act=False),
+        ]
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -110,8 +121,15 @@ class InvertedResidual(nn.Module):
 class MobileNetV2(nn.Module):
     def __init__(self, classes: int = 1000) -> None:
         super().__init__()
-        setting = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                   (6, 160, 3, 2), (6, 320, 1, 1)]
+        setting = [
+            (1, 16, 1, 1),
+            (6, 24, 2, 2),
+            (6, 32, 3, 2),
+            (6, 64, 4, 2),
+            (6, 96, 3, 1),
+            (6, 160, 3, 2),
+            (6, 320, 1, 1),
+        ]
         layers: list[nn.Module] = [_conv_bn(3, 32, 3, 2)]
         cin = 32
         for t, c, n, s in setting:
@@ -139,8 +157,9 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(cout)
         self.down = None
         if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x if self.down is None else self.down(x)
@@ -183,16 +202,21 @@ class ShuffleUnit(nn.Module):
         branch = cout // 2
         if stride > 1:
             self.branch1 = nn.Sequential(
-                nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin),
-                nn.Conv2d(cin, branch, 1, bias=False), nn.BatchNorm2d(branch),
+                nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False),
+                nn.BatchNorm2d(cin),
+                nn.Conv2d(cin, branch, 1, bias=False),
+                nn.BatchNorm2d(branch),
                 nn.ReLU(inplace=True),
             )
         src = cin if stride > 1 else branch
         self.branch2 = nn.Sequential(
-            nn.Conv2d(src, branch, 1, bias=False), nn.BatchNorm2d(branch), nn.ReLU(inplace=True),
+            nn.Conv2d(src, branch, 1, bias=False),
+            nn.BatchNorm2d(branch),
+            nn.ReLU(inplace=True),
             nn.Conv2d(branch, branch, 3, stride, 1, groups=branch, bias=False),
             nn.BatchNorm2d(branch),
-            nn.Conv2d(branch, branch, 1, bias=False), nn.BatchNorm2d(branch),
+            nn.Conv2d(branch, branch, 1, bias=False),
+            nn.BatchNorm2d(branch),
             nn.ReLU(inplace=True),
         )
 
@@ -209,8 +233,9 @@ class ShuffleNetV2(nn.Module):
     def __init__(self, classes: int = 1000) -> None:
         super().__init__()
         channels = [24, 48, 96, 192, 1024]
-        self.conv1 = nn.Sequential(nn.Conv2d(3, 24, 3, 2, 1, bias=False), nn.BatchNorm2d(24),
-                                   nn.ReLU(inplace=True))
+        self.conv1 = nn.Sequential(
+            nn.Conv2d(3, 24, 3, 2, 1, bias=False), nn.BatchNorm2d(24), nn.ReLU(inplace=True)
+        )
         stages = []
         cin = 24
         for repeats, cout in zip([4, 8, 4], channels[1:4], strict=True):
@@ -218,8 +243,11 @@ class ShuffleNetV2(nn.Module):
             stages += [ShuffleUnit(cout, cout, 1) for _ in range(repeats - 1)]
             cin = cout
         self.stages = nn.Sequential(*stages)
-        self.conv5 = nn.Sequential(nn.Conv2d(cin, channels[4], 1, bias=False),
-                                   nn.BatchNorm2d(channels[4]), nn.ReLU(inplace=True))
+        self.conv5 = nn.Sequential(
+            nn.Conv2d(cin, channels[4], 1, bias=False),
+            nn.BatchNorm2d(channels[4]),
+            nn.ReLU(inplace=True),
+        )
         self.fc = nn.Linear(channels[4], classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -228,7 +256,7 @@ class ShuffleNetV2(nn.Module):
         return self.fc(x.mean([2, 3]))
 
 
-# -- ESRGAN-style RRDB net --------------------------------------------------------------------------
+# -- ESRGAN-style RRDB net -----------------------------------------------------------------------
 
 
 class RDB(nn.Module):
@@ -328,15 +356,27 @@ class CUNet(nn.Module):
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int, int], bool, str]] = {
     "squeezenet": (SqueezeNet11, (3, 224, 224), False, "SqueezeNet 1.1"),
     "mobilenetv2": (MobileNetV2, (3, 224, 224), False, "MobileNetV2, width 1.0"),
-    "resnet18": (ResNet18, (3, 224, 224), False,
-                 "ResNet-18 with every channel width halved (32-64-128-256) to keep the "
-                 "repository small; same layer structure as the original"),
+    "resnet18": (
+        ResNet18,
+        (3, 224, 224),
+        False,
+        "ResNet-18 with every channel width halved (32-64-128-256) to keep the "
+        "repository small; same layer structure as the original",
+    ),
     "shufflenetv2": (ShuffleNetV2, (3, 224, 224), False, "ShuffleNetV2 x0.5"),
-    "rrdb": (RRDBNet, (3, 32, 32), True,
-             "ESRGAN-style RRDB net: nf=16, gc=8, 20 RRDB blocks, x4 nearest upsampling"),
-    "cunet": (CUNet, (3, 44, 44), True,
-              "waifu2x cunet-style UNet: valid convs, strided down, ConvTranspose2d up, "
-              "crop-and-add skip, squeeze-and-excitation with Linear layers and sigmoid"),
+    "rrdb": (
+        RRDBNet,
+        (3, 32, 32),
+        True,
+        "ESRGAN-style RRDB net: nf=16, gc=8, 20 RRDB blocks, x4 nearest upsampling",
+    ),
+    "cunet": (
+        CUNet,
+        (3, 44, 44),
+        True,
+        "waifu2x cunet-style UNet: valid convs, strided down, ConvTranspose2d up, "
+        "crop-and-add skip, squeeze-and-excitation with Linear layers and sigmoid",
+    ),
 }
 
 
