@@ -48,6 +48,16 @@ async def test_gpu_matches_pytorch(device: VulkanDevice, model: str, variant: st
 
 
 @pytest.mark.parametrize(("model", "variant"), CASES)
+async def test_gpu_fp16_storage_matches_pytorch(
+    device: VulkanDevice, model: str, variant: str
+) -> None:
+    if not device.info.support_fp16_storage:
+        pytest.skip("the device has no 16-bit storage")
+    y, ref = await _infer(model, variant, Option(use_vulkan_compute=True, use_fp16_storage=True))
+    assert rel_l2(y, ref) < 1e-2
+
+
+@pytest.mark.parametrize(("model", "variant"), CASES)
 async def test_cpu_path_matches_pytorch(model: str, variant: str) -> None:
     y, ref = await _infer(model, variant, Option(use_vulkan_compute=False))
     assert y.shape == ref.shape
