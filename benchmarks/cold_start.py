@@ -95,7 +95,7 @@ def _child(code: str, args: list[str]) -> dict[str, Any]:
         os.environ,
         MESA_SHADER_CACHE_DISABLE="true",
         __GL_SHADER_DISK_CACHE="0",
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     )
     start = time.perf_counter()
     proc = subprocess.run(
