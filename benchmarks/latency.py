@@ -1,0 +1,116 @@
+"""Warm inference latency, asyncvk against the ``ncnn`` wheel on the same device, side by side.
+
+    python benchmarks/latency.py [--models a,b] [--loops 10] [--out FILE.json]
+
+Each model is loaded once per runtime, run three times to warm up, then timed over ``--loops``
+extractions (median, min, max in ms). asyncvk's shape-specialised plan is recorded on the first
+run and replayed after, which is what "warm" means here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from asyncvk import Net, Option, get_gpu_info
+
+MODELS = Path(__file__).resolve().parent.parent / "tests" / "models"
+
+
+def _stats(times: list[float]) -> dict[str, float]:
+    return {
+        "median_ms": round(statistics.median(times) * 1000, 3),
+        "min_ms": round(min(times) * 1000, 3),
+        "max_ms": round(max(times) * 1000, 3),
+    }
+
+
+def ncnn_latency(d: Path, loops: int) -> dict[str, Any]:
+    try:
+        import ncnn
+    except ImportError:
+        return {"error": "ncnn wheel not installed"}
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = ncnn.get_gpu_count() > 0
+    net.load_param(str(d / "model.param"))
+    net.load_model(str(d / "model.bin"))
+    x = ncnn.Mat(np.ascontiguousarray(np.load(d / "input.npy")))
+
+    def once() -> float:
+        t = time.perf_counter()
+        ex = net.create_extractor()
+        ex.input("in0", x)
+        _, out = ex.extract("out0")
+        np.array(out)
+        return time.perf_counter() - t
+
+    for _ in range(3):
+        once()
+    return _stats([once() for _ in range(loops)])
+
+
+async def asyncvk_latency(d: Path, loops: int, fp16: bool) -> dict[str, Any]:
+    async with Net(Option(use_fp16_storage=fp16)) as net:
+        await net.load_param(d / "model.param")
+        await net.load_model(d / "model.bin")
+        x = np.load(d / "input.npy")
+
+        async def once() -> float:
+            t = time.perf_counter()
+            ex = net.create_extractor()
+            ex.input("in0", x)
+            await ex.extract("out0")
+            return time.perf_counter() - t
+
+        for _ in range(3):
+            await once()
+        result: dict[str, Any] = _stats([await once() for _ in range(loops)])
+        result["pipelines"] = net.cache.statistics().pipelines_created
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    names = sorted(p.name for p in MODELS.iterdir() if p.is_dir())
+    parser.add_argument("--models", default=",".join(names))
+    parser.add_argument("--loops", type=int, default=10)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    info = get_gpu_info()
+    rows = []
+    for name in args.models.split(","):
+        d = MODELS / name
+        row: dict[str, Any] = {"model": name, "ncnn": ncnn_latency(d, args.loops)}
+        row["asyncvk"] = asyncio.run(asyncvk_latency(d, args.loops, False))
+        row["asyncvk_fp16"] = asyncio.run(asyncvk_latency(d, args.loops, True))
+        if "median_ms" in row["ncnn"]:
+            row["asyncvk_over_ncnn"] = round(
+                row["asyncvk"]["median_ms"] / row["ncnn"]["median_ms"], 2
+            )
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    report = {
+        "device": info.device_name,
+        "driver": f"{info.driver_name} {info.driver_info}",
+        "cpu_count": os.cpu_count(),
+        "loops": args.loops,
+        "models": rows,
+    }
+    text = json.dumps(report, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
