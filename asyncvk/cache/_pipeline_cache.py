@@ -181,7 +181,9 @@ class PipelineCache:
         finally:
             vk.vkDestroyPipelineCache(self.device.handle, temp, None)
             self.device.track("pipeline_cache", -1)
-        self.driver_blob_loaded = True
+        # A blob that is only its 32-byte header (lavapipe's) holds no pipelines to hit.
+        header_length = int.from_bytes(blob[:4], "little")
+        self.driver_blob_loaded = self.driver_blob_loaded or len(blob) > header_length
 
     # -- statistics ----------------------------------------------------------------------------
 
@@ -341,7 +343,8 @@ class PipelineCache:
             self.generation += 1
         if self.must_hit and artifact.driver_cache_hit is False and self.driver_blob_loaded:
             raise CacheMissError(
-                f"must-hit: the driver compiled {artifact.info} cold despite a loaded blob"
+                f"must-hit: the driver compiled a {artifact.name!r} pipeline cold although a "
+                "driver cache was loaded"
             )
         return artifact
 

@@ -58,6 +58,7 @@ class PipelineArtifact:
     local_size: tuple[int, int, int]
     create_seconds: float
     driver_cache_hit: bool | None
+    name: str = "shader"
     destroyed: bool = False
 
     @property
@@ -264,6 +265,7 @@ def create_pipeline(
         local_size=(int(local_size[0]), int(local_size[1]), int(local_size[2])),
         create_seconds=seconds,
         driver_cache_hit=hit,
+        name=name,
     )
 
 

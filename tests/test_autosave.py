@@ -1,0 +1,61 @@
+"""Background saving: only when something new was built, bursts coalesced, flushed on close;
+and the deployment modes (read-only, must-hit) around a pre-built cache."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from asyncvk import CacheMissError, PipelineCache
+from asyncvk.gpu import VulkanDevice
+
+
+async def test_autosave_saves_new_work_once_per_burst(device: VulkanDevice, tmp_path: Path) -> None:
+    path = tmp_path / "auto.vkcache"
+    with PipelineCache(device) as cache:
+        saver = cache.autosave(path, interval=0.2)
+        await asyncio.sleep(0.5)
+        assert saver.saves == 0 and not path.exists()  # nothing new: nothing written
+        await asyncio.gather(
+            *[cache.get_pipeline("scale_add", specializations=(float(i), 0)) for i in range(10)]
+        )
+        await asyncio.sleep(0.7)
+        assert saver.saves == 1 and path.exists()  # a burst of 10 builds, one save
+        await asyncio.sleep(0.5)
+        assert saver.saves == 1
+        await cache.get_pipeline("unary", specializations=(3, 0.0, 0.0))
+        result = await saver.aclose()  # flushes the pending change at once
+        assert result and saver.saves == 2
+    with PipelineCache(device) as fresh:
+        loaded = fresh.load_cache(path)
+        assert loaded and loaded.entries_used == 2
+
+
+async def test_autosave_failure_is_reported_not_raised(
+    device: VulkanDevice, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    with PipelineCache(device) as cache:
+        saver = cache.autosave(blocked / "sub" / "x.vkcache", interval=0.1)
+        await cache.get_pipeline("scale_add", specializations=(1.0, 0))
+        result = await saver.aclose()
+        assert result is not None and not result and "cannot write" in result.reason
+
+
+def test_read_only_and_must_hit_with_a_prebuilt_cache(device: VulkanDevice, tmp_path: Path) -> None:
+    path = tmp_path / "prebuilt.vkcache"
+    with PipelineCache(device) as builder:
+        builder.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+        assert builder.save_cache(path)
+    before = path.read_bytes()
+    with PipelineCache(device, read_only=True, must_hit=True) as deployed:
+        assert deployed.load_cache(path)
+        deployed.get_pipeline_sync("scale_add", specializations=(7.0, 3))  # served, no compile
+        with pytest.raises(CacheMissError, match="unary"):
+            deployed.get_pipeline_sync("unary", specializations=(1, 0.0, 0.0))
+        result = deployed.save_cache(path)
+        assert not result and "read-only" in result.reason
+    assert path.read_bytes() == before
