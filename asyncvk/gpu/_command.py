@@ -112,19 +112,24 @@ class CommandRecorder:
             dset = self._descriptor_set(pipeline.set_layout)
             n = len(buffers)
             infos = ffi.new("VkDescriptorBufferInfo[]", n)
-            writes = ffi.new("VkWriteDescriptorSet[]", n)
             for i, buf in enumerate(buffers):
                 infos[i].buffer = buf.vk_buffer
                 infos[i].offset = buf.offset
                 infos[i].range = buf.size
-                w = writes[i]
-                w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-                w.dstSet = dset
-                w.dstBinding = i
-                w.descriptorCount = 1
-                w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-                w.pBufferInfo = infos + i
-            lib.vkUpdateDescriptorSets(self.device.handle, n, writes, 0, ffi.NULL)
+            template = getattr(pipeline, "update_template", None)
+            if template is not None:
+                lib.vkUpdateDescriptorSetWithTemplate(self.device.handle, dset, template, infos)
+            else:
+                writes = ffi.new("VkWriteDescriptorSet[]", n)
+                for i in range(n):
+                    w = writes[i]
+                    w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+                    w.dstSet = dset
+                    w.dstBinding = i
+                    w.descriptorCount = 1
+                    w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+                    w.pBufferInfo = infos + i
+                lib.vkUpdateDescriptorSets(self.device.handle, n, writes, 0, ffi.NULL)
             sets = ffi.new("VkDescriptorSet[1]", [dset])
             lib.vkCmdBindDescriptorSets(
                 cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL

@@ -59,6 +59,8 @@ class PipelineArtifact:
     create_seconds: float
     driver_cache_hit: bool | None
     name: str = "shader"
+    #: VkDescriptorUpdateTemplate writing binding i from VkDescriptorBufferInfo[i] (Vulkan 1.1+).
+    update_template: Any = None
     destroyed: bool = False
 
     @property
@@ -75,6 +77,8 @@ class PipelineArtifact:
             return
         self.destroyed = True
         dev = self.device.handle
+        if self.update_template is not None:
+            lib.vkDestroyDescriptorUpdateTemplate(dev, self.update_template, ffi.NULL)
         vk.vkDestroyPipeline(dev, self.handle, None)
         vk.vkDestroyPipelineLayout(dev, self.layout, None)
         vk.vkDestroyDescriptorSetLayout(dev, self.set_layout, None)
@@ -247,6 +251,8 @@ def create_pipeline(
         seconds = time.perf_counter() - start
         _vk.check(result, "vkCreateComputePipelines")
         handle = pipeline_out[0]
+        made.append((lib.vkDestroyPipeline, handle))
+        template = _update_template(device, info, set_layout)
         hit: bool | None = None
         if feedback_info != ffi.NULL and feedback.flags & _FEEDBACK_VALID_BIT:
             hit = bool(feedback.flags & _CACHE_HIT_BIT)
@@ -266,7 +272,38 @@ def create_pipeline(
         create_seconds=seconds,
         driver_cache_hit=hit,
         name=name,
+        update_template=template,
     )
+
+
+def _update_template(device: VulkanDevice, info: ShaderInfo, set_layout: Any) -> Any:
+    """A descriptor update template for the shader's buffer bindings (None before Vulkan 1.1)."""
+    if device.info.api_version < vk.VK_MAKE_VERSION(1, 1, 0) or not info.bindings:
+        return None
+    stride = ffi.sizeof("VkDescriptorBufferInfo")
+    entries = ffi.new("VkDescriptorUpdateTemplateEntry[]", len(info.bindings))
+    for i, b in enumerate(info.bindings):
+        entries[i].dstBinding = b.binding
+        entries[i].descriptorCount = 1
+        entries[i].descriptorType = _DESCRIPTOR_TYPES[b.descriptor_type]
+        entries[i].offset = i * stride
+        entries[i].stride = stride
+    create = ffi.new(
+        "VkDescriptorUpdateTemplateCreateInfo*",
+        {
+            "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_UPDATE_TEMPLATE_CREATE_INFO,
+            "descriptorUpdateEntryCount": len(info.bindings),
+            "pDescriptorUpdateEntries": entries,
+            "templateType": vk.VK_DESCRIPTOR_UPDATE_TEMPLATE_TYPE_DESCRIPTOR_SET,
+            "descriptorSetLayout": set_layout,
+        },
+    )
+    out = ffi.new("VkDescriptorUpdateTemplate*")
+    _vk.check(
+        lib.vkCreateDescriptorUpdateTemplate(device.handle, create, ffi.NULL, out),
+        "vkCreateDescriptorUpdateTemplate",
+    )
+    return out[0]
 
 
 def _create_compute_pipeline(device: VulkanDevice, cache: Any, info: Any, out: Any) -> int:
