@@ -47,7 +47,13 @@ def test_no_validation_errors_and_no_leaked_objects() -> None:
     if not any(p.glob("VkLayer_khronos_validation.json") for p in layers if p.is_dir()):
         pytest.skip("vulkan-validationlayers is not installed")
     env = dict(os.environ, ASYNCVK_VALIDATION="1")
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                          env=env, cwd=root, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "MESSAGES 0" in proc.stdout, proc.stdout
