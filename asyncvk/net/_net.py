@@ -115,7 +115,7 @@ class Net:
             source = source.read()
             if isinstance(source, str):
                 source = source.encode()
-        self._param_source: Any = source
+        self._param_source = source
         param = await anyio.to_thread.run_sync(
             lambda: parse_param(source, known_types=layer_types())
         )
