@@ -1,104 +1,195 @@
 """Crash-safe file replacement, and saving under an advisory lock with a merge.
 
-``write_atomic`` writes a uniquely named temp file in the target's folder, flushes and fsyncs
-it, ``os.replace``s it over the target and fsyncs the folder: a crash at any point leaves the
-old file or the new one, never a torn one. ``save_merged`` takes ``<path>.lock`` (fcntl) so
-concurrent savers run one at a time, each merging what the previous one wrote.
+``write_atomic`` writes a uniquely named temp file in the target's folder, fsyncs it,
+``os.replace``s it over the target and fsyncs the folder: a crash at any point leaves the old
+file or the new one, never a torn one. ``save_merged`` holds ``<path>.lock`` (``fcntl.flock``)
+around read-merge-write, so concurrent savers run one at a time and none loses another's work.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
+import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import aiofiles
 import anyio
 
+from ._file_format import CacheContents, read_cache_source
+
 LOCK_TIMEOUT_S = 60.0
+STALE_TEMP_S = 60.0  # a temp file this old whose writer is gone is an orphan of a crash
+
+__all__ = (
+    "merge_contents",
+    "save_merged",
+    "write_atomic",
+    "write_atomic_async",
+)
 
 
-def _temp_path(path: str) -> str:
-    folder, name = os.path.split(os.path.abspath(path))
+def _temp_path(target: str) -> str:
+    folder, name = os.path.split(os.path.abspath(target))
     return os.path.join(folder, f".{name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
 
 
 def _fsync_dir(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
+    """Make the rename durable; filesystems that cannot fsync a folder are let off."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
     finally:
         os.close(fd)
 
 
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically; raises OSError, leaving the old file."""
+    """Replace ``path`` with ``data`` so that readers see the old file or the new, never a mix.
+
+    :raises OSError: the target is still the old file (or, when only the final folder fsync
+        failed, the whole new one); the temp file is already removed.
+    """
     target = os.fspath(path)
     tmp = _temp_path(target)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            _write_all(fd, data)
+            os.fsync(fd)  # the data must be on disk before the name points at it
         finally:
             os.close(fd)
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
-    _fsync_dir(os.path.dirname(os.path.abspath(target)))
+    _fsync_dir(os.path.dirname(tmp))
+
+
+def _open_temp(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_CLOEXEC, 0o644)
 
 
 async def write_atomic_async(path: str | os.PathLike[str], data: bytes) -> None:
-    """``write_atomic`` with the write through aiofiles and the syncs in a worker thread."""
+    """``write_atomic`` for the event loop: aiofiles writes, a worker thread syncs and renames."""
     target = os.fspath(path)
     tmp = _temp_path(target)
-    folder = os.path.dirname(tmp)
     try:
-        async with aiofiles.open(tmp, "xb") as f:
+        async with aiofiles.open(tmp, "xb", opener=_open_temp) as f:
             await f.write(data)
             await f.flush()
             await anyio.to_thread.run_sync(os.fsync, f.fileno())
         await anyio.to_thread.run_sync(os.replace, tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
-    await anyio.to_thread.run_sync(_fsync_dir, folder)
+    await anyio.to_thread.run_sync(_fsync_dir, os.path.dirname(tmp))
 
 
-def save_merged(path: str | os.PathLike[str], build: Callable[[bytes | None], bytes]) -> None:
-    """Under ``<path>.lock``: read the current file, ``build(current)``, write atomically."""
-    target = os.fspath(path)
-    lock_fd = os.open(target + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+@contextlib.contextmanager
+def _locked(lock_path: str, timeout: float) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path``; the kernel drops it if we are killed."""
     try:
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError as denied:
+        try:  # flock needs no write access: a lock file made by another user still serves
+            fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            raise denied from None
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.001
         while True:
             try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{target}.lock held for over {LOCK_TIMEOUT_S} s") from None
-                time.sleep(0.01)
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        errno.ETIMEDOUT, f"lock held by another saver for over {timeout} s"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
         try:
-            try:
-                with open(target, "rb") as f:
-                    existing: bytes | None = f.read()
-            except (FileNotFoundError, IsADirectoryError):
-                existing = None
-            write_atomic(target, build(existing))
+            yield
         finally:
-            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
-        os.close(lock_fd)
+        os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: existence check only (EPERM still means it exists)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _remove_stale_temps(target: str) -> None:
+    """Delete temp files that killed savers left behind (their pid is gone, and they are old)."""
+    folder, name = os.path.split(os.path.abspath(target))
+    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[0-9a-f]{{32}}\.tmp")
+    now = time.time()
+    with contextlib.suppress(OSError), os.scandir(folder) as it:
+        for entry in it:
+            match = pattern.fullmatch(entry.name)
+            if match is None or _pid_alive(int(match.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_S:
+                    os.unlink(entry.path)
+
+
+def save_merged(
+    path: str | os.PathLike[str],
+    build: Callable[[bytes | None], bytes],
+    *,
+    lock_timeout: float = LOCK_TIMEOUT_S,
+) -> None:
+    """Under ``<path>.lock``: read the current file, ``build(current)``, write it atomically.
+
+    ``build`` receives the current bytes (None when absent, unreadable or over the size limit)
+    and returns the new file; it merges, since another process may have saved meanwhile. A
+    result equal to the current bytes is not rewritten.
+
+    :raises OSError: nothing was written (``TimeoutError`` when the lock was not had in time).
+    """
+    target = os.fspath(path)
+    with _locked(target + ".lock", lock_timeout):
+        current = read_cache_source(target)
+        existing = current if isinstance(current, bytes) else None
+        data = build(existing)
+        if data != existing:
+            write_atomic(target, data)
+        _remove_stale_temps(target)
+
+
+def merge_contents(new: CacheContents, old: CacheContents | None) -> CacheContents:
+    """The union of two saves of one device: new entries win, a non-empty new blob wins.
+
+    Old contents of another identity are dropped entirely: they are of no use on this device.
+    """
+    if old is None or old.identity != new.identity:
+        return new
+    spirv = {**old.spirv, **new.spirv}
+    return CacheContents(new.identity, spirv, new.driver_blob or old.driver_blob)
