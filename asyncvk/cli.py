@@ -352,6 +352,24 @@ def _cmd_cache_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from ._server import run_server
+
+    if bool(args.cache_dir) != bool(args.graph_key):
+        raise ValueError("--cache-dir and --graph-key go together")
+    run_server(
+        args.param,
+        args.bin,
+        host=args.host,
+        port=args.port,
+        cache_dir=args.cache_dir,
+        graph_key=args.graph_key,
+        device=args.device,
+        max_body=args.max_body,
+    )
+    return 0
+
+
 # -- parser -------------------------------------------------------------------------------------
 
 
@@ -394,6 +412,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--loops", type=int, default=10)
     bench.add_argument("--warmup", type=int, default=2)
     bench.set_defaults(func=_cmd_bench)
+
+    serve = sub.add_parser("serve", help="an HTTP inference server for one model")
+    serve.add_argument("param")
+    serve.add_argument("bin")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--cache-dir", metavar="DIR")
+    serve.add_argument("--graph-key", metavar="KEY")
+    serve.add_argument("--device", type=int, default=None)
+    serve.add_argument("--max-body", type=int, default=64 << 20, help="bytes per request")
+    serve.set_defaults(func=_cmd_serve, json=False)
 
     cache = sub.add_parser("cache", help="pipeline cache files and folders")
     csub = cache.add_subparsers(dest="cache_command", required=True)
