@@ -66,7 +66,7 @@ import sys
 from asyncvk.cache import PipelineCache
 shader = sys.argv[2]
 with PipelineCache() as cache:
-    specs = {"scale_add": (1.0, 0), "unary": (1, 0.0, 0.0), "softmax": (), "copy": (),
+    specs = {"scale_add": (1.0, 0), "unary": (1, 0.0, 0.0), "softmax": (), "padding": (0, 0.0),
              "gather": (), "scatter": (), "reduction": (0, 1.0), "binary": (0, 0, 0.0, 1.0, 1.0)}
     cache.get_pipeline_sync(shader, specializations=specs[shader])
     result = cache.save_cache(sys.argv[1])
@@ -78,7 +78,7 @@ def test_eight_processes_saving_at_once_leave_the_union(
     tmp_path: Path, device: VulkanDevice
 ) -> None:
     path = tmp_path / "shared.vkcache"
-    shaders = ["scale_add", "unary", "softmax", "copy", "gather", "scatter", "reduction", "binary"]
+    shaders = ["scale_add", "unary", "softmax", "padding", "gather", "scatter", "reduction", "binary"]
     procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(path), s]) for s in shaders]
     assert all(p.wait(timeout=120) == 0 for p in procs)
     with PipelineCache(device) as cache:
