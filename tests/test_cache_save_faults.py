@@ -78,7 +78,16 @@ def test_eight_processes_saving_at_once_leave_the_union(
     tmp_path: Path, device: VulkanDevice
 ) -> None:
     path = tmp_path / "shared.vkcache"
-    shaders = ["scale_add", "unary", "softmax", "padding", "gather", "scatter", "reduction", "binary"]
+    shaders = [
+        "scale_add",
+        "unary",
+        "softmax",
+        "padding",
+        "gather",
+        "scatter",
+        "reduction",
+        "binary",
+    ]
     procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(path), s]) for s in shaders]
     assert all(p.wait(timeout=120) == 0 for p in procs)
     with PipelineCache(device) as cache:
