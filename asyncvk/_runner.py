@@ -3,11 +3,9 @@ the user asked for, time each phase, and report in one JSON-ready dict."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,7 +29,6 @@ class RunConfig:
     read_only: bool = False
     must_hit: bool = False
     progress: Callable[[int, int], None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -163,9 +160,3 @@ def default_output(net: Net) -> str:
     if not names:
         raise ValueError("the model declares no output blob")
     return names[-1]
-
-
-def ensure_parent(path: str) -> None:
-    parent = Path(path).parent
-    if str(parent):
-        os.makedirs(parent, exist_ok=True)

@@ -75,14 +75,6 @@ def call(fn: Callable[..., _T], *args: Any) -> _T:
         raise error_for(getattr(fn, "__name__", "vulkan call"), code) from exc
 
 
-def device_proc(device: Any, name: str) -> Any:
-    """An extension function of ``device`` (``vkGetDeviceProcAddr``), or None if absent."""
-    try:
-        return vk.vkGetDeviceProcAddr(device, name)
-    except vk.ProcedureNotFoundError:
-        return None
-
-
 def instance_proc(instance: Any, name: str) -> Any:
     """An extension function of ``instance`` (``vkGetInstanceProcAddr``), or None if absent."""
     try:

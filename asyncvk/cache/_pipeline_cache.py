@@ -118,7 +118,6 @@ class PipelineCache:
         self._spirv_flight = _SingleFlight()
         self._spirv: dict[SpirvKey, bytes] = {}
         self._spirv_info: dict[SpirvKey, ShaderInfo] = {}
-        self._spirv_new = 0  # entries added since the last save (autosave trigger)
         self._stats: dict[str, float] = dict.fromkeys(CacheStatistics.__dataclass_fields__, 0)
         self._macros = device_macros(self.device.info)
         self._macro_hash = macro_hash(self._macros)
@@ -289,7 +288,6 @@ class PipelineCache:
             with self._lock:
                 self._spirv[key] = spirv
                 self._spirv_info[key] = info
-                self._spirv_new += 1
                 self.generation += 1
                 self._stats["spirv_compiles"] += 1
                 self._stats["glsl_seconds"] += seconds

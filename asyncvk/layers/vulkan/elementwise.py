@@ -8,7 +8,15 @@ import math
 import numpy as np
 
 from ...net._paramdict import ParamDict
-from .._vulkan import GpuBlob, PipelineSpec, RecordContext, Shape, VulkanLayer, pack_push
+from .._vulkan import (
+    GpuBlob,
+    PipelineSpec,
+    RecordContext,
+    Shape,
+    VulkanLayer,
+    pack_push,
+    shape4,
+)
 from .._vulkan import vulkan_layer as register
 
 
@@ -172,7 +180,7 @@ def _strides_by_probe(
         index = np.asarray(probe.forward(arrays)[0], np.float64)
         if tuple(index.shape) != tuple(out_shape):
             return None
-        grid = index.reshape(_dims4(out_shape)[::-1])  # (c, d, h, w)
+        grid = index.reshape(shape4(out_shape)[::-1])  # (c, d, h, w)
         strides = []
         for axis in (3, 2, 1, 0):  # w, h, d, c
             n = grid.shape[axis]
@@ -189,13 +197,6 @@ def _strides_by_probe(
             return None
         result.append((strides[0], strides[1], strides[2], strides[3]))
     return result
-
-
-def _dims4(shape: Shape) -> tuple[int, int, int, int]:
-    """(w, h, d, c) of a CPU-layout shape."""
-    padded = (1,) * (4 - len(shape)) + tuple(shape)
-    c, d, h, w = padded
-    return (w, h, d, c)
 
 
 @register("BinaryOp")
@@ -222,7 +223,7 @@ class BinaryOp(VulkanLayer):
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         out = outputs[0]
-        shape4 = _dims4(out.shape)
+        dims = shape4(out.shape)
         if self.with_scalar:
             strides = [_contiguous(out.shape), (0, 0, 0, 0)]
             b = inputs[0]
@@ -231,13 +232,13 @@ class BinaryOp(VulkanLayer):
             assert probed is not None
             strides = probed
             b = inputs[1]
-        push = pack_push("12i", *shape4, *strides[0], *strides[1])
+        push = pack_push("12i", *dims, *strides[0], *strides[1])
         local = self.local_size_1d()
         ctx.dispatch("binary", [inputs[0], b, out], push, self.groups_1d(out.size, local))
 
 
 def _contiguous(shape: Shape) -> tuple[int, int, int, int]:
-    w, h, d, _c = _dims4(shape)
+    w, h, d, _c = shape4(shape)
     return (1, w, w * h, w * h * d)
 
 
@@ -272,7 +273,7 @@ class Eltwise(VulkanLayer):
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         out = outputs[0]
         flat = _contiguous(out.shape)
-        push = pack_push("12i", *_dims4(out.shape), *flat, *flat)
+        push = pack_push("12i", *shape4(out.shape), *flat, *flat)
         groups = self.groups_1d(out.size, self.local_size_1d())
         ctx.dispatch("first", [inputs[0], inputs[1], out], push, groups)
         for i in range(2, len(inputs)):
