@@ -380,7 +380,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, int, int], bool, str
 }
 
 
-def export(name: str) -> dict[str, object]:
+def export(name: str, root: Path = ROOT) -> dict[str, object]:
     import pnnx
 
     make, shape, fp32, description = MODELS[name]
@@ -391,7 +391,7 @@ def export(name: str) -> dict[str, object]:
     x = rng.standard_normal((1, *shape)).astype(np.float32)
     with torch.no_grad():
         y = model(torch.from_numpy(x)).numpy()[0]
-    out = ROOT / name
+    out = root / name
     out.mkdir(parents=True, exist_ok=True)
     variants = [("model", True)] + ([("model_fp32", False)] if fp32 else [])
     for stem, fp16 in variants:
@@ -425,9 +425,10 @@ def export(name: str) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--out", type=Path, default=ROOT)
     args = parser.parse_args(argv)
     for name in args.only or MODELS:
-        meta = export(name)
+        meta = export(name, args.out)
         print(f"{name}: {meta['ncnn_layers']} layers, {meta['layer_types']}", flush=True)
     return 0
 

@@ -201,6 +201,7 @@ class Net:
             upload = asyncio.ensure_future(
                 anyio.to_thread.run_sync(self._upload_weights, gpu_nodes)
             )
+            waiters: list[asyncio.Future[Any]] = []
             try:
                 pending_per_node: dict[int, int] = {}
                 for node, _key, _fut in futures:
@@ -220,7 +221,7 @@ class Net:
                 await upload
                 upload_s = time.perf_counter() - t0
             except BaseException:
-                for waiter in waiters if "waiters" in locals() else []:
+                for waiter in waiters:  # the builds go on, owned by the cache
                     waiter.cancel()
                 if not upload.done():
                     upload.cancel()
