@@ -1,0 +1,149 @@
+"""The command line as users run it: JSON reports, a pre-built cache, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+M = Path(__file__).parent / "models" / "cunet"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "asyncvk", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=300,
+    )
+
+
+def test_run_reports_the_fields_and_writes_outputs(tmp_path: Path) -> None:
+    out = tmp_path / "y.npy"
+    proc = cli(
+        "run",
+        str(M / "model.param"),
+        str(M / "model.bin"),
+        "--input",
+        f"in0={M / 'input.npy'}",
+        "--output",
+        f"out0={out}",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    for key in (
+        "load_param_s",
+        "load_model_s",
+        "infer_s",
+        "pipelines_requested",
+        "pipelines_created",
+        "spirv_compiled",
+        "spirv_cache_hits",
+        "cache_loaded",
+        "cache_reason",
+        "device",
+    ):
+        assert key in report, key
+    assert {"name", "driver"} <= set(report["device"])
+    y, ref = np.load(out), np.load(M / "output.npy")
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
+
+
+def test_cpu_path(tmp_path: Path) -> None:
+    proc = cli(
+        "run",
+        str(M / "model.param"),
+        str(M / "model.bin"),
+        "--input",
+        f"in0={M / 'input.npy'}",
+        "--cpu",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["pipelines_created"] == 0 and "cpu" in report["device"]["name"]
+
+
+def test_bench_reports_latency() -> None:
+    proc = cli(
+        "bench",
+        str(M / "model.param"),
+        str(M / "model.bin"),
+        "--shape",
+        "in0=3,44,44",
+        "--loops",
+        "3",
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    latency = json.loads(proc.stdout)["latency_ms"]
+    assert latency["min"] <= latency["median"] <= latency["max"] and latency["loops"] == 3
+
+
+def test_cache_warm_then_must_hit(tmp_path: Path) -> None:
+    cache = tmp_path / "deploy.vkcache"
+    warm = cli(
+        "cache",
+        "warm",
+        str(M / "model.param"),
+        str(M / "model.bin"),
+        "--cache",
+        str(cache),
+        "--shape",
+        "in0=3,44,44",
+        "--json",
+    )
+    assert warm.returncode == 0, warm.stderr
+    assert json.loads(warm.stdout)["cache_saved"]
+    assert cli("cache", "verify", str(cache)).returncode == 0
+    hit = cli(
+        "run",
+        str(M / "model.param"),
+        str(M / "model.bin"),
+        "--input",
+        f"in0={M / 'input.npy'}",
+        "--cache",
+        str(cache),
+        "--must-hit",
+        "--json",
+    )
+    assert hit.returncode == 0, hit.stderr
+    report = json.loads(hit.stdout)
+    assert report["cache_loaded"] and report["spirv_compiled"] == 0
+    miss = cli(
+        "run",
+        str(M / "model.param"),
+        str(M / "model.bin"),
+        "--input",
+        f"in0={M / 'input.npy'}",
+        "--cache",
+        str(tmp_path / "empty.vkcache"),
+        "--must-hit",
+    )
+    assert miss.returncode == 1 and "must-hit" in miss.stderr
+    assert "Traceback" not in miss.stderr
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    proc = cli(
+        "run",
+        str(M / "model.param"),
+        str(tmp_path / "missing.bin"),
+        "--input",
+        f"in0={M / 'input.npy'}",
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("asyncvk: error:")
+    assert "missing.bin" in lines[0]
+    bad = tmp_path / "bad.param"
+    bad.write_text("7767517\n1 1\nFrobnicate x 0 1 y\n")
+    proc = cli("run", str(bad), str(M / "model.bin"))
+    assert proc.returncode == 1 and "unknown layer type 'Frobnicate'" in proc.stderr
+    assert "bad.param:3" in proc.stderr
