@@ -1,14 +1,29 @@
 """Build the test models: plain ``torch.nn`` networks with seeded random weights, converted to
 ncnn by pnnx, with an input and PyTorch's output saved beside them.
 
-Maintainer tool (CI needs neither torch nor pnnx; the outputs are committed):
+Maintainer tool: CI runs neither it nor anything needing torch or pnnx; its outputs are committed.
+Run it outside the repository's venv (no install inside the work tree)::
 
-    pip install torch==2.13.0 pnnx ncnn
-    python tools/make_test_models.py [--only NAME ...]
+    pip install torch==2.13.0 pnnx==20261020 ncnn==1.0.20261020   # CPU torch build
+    python tools/make_test_models.py [--only squeezenet rrdb ...] [--out DIR]
+    python tools/check_models_with_ncnn.py                          # ncnn wheel vs PyTorch
 
-Writes ``tests/models/<name>/``: ``model.param`` / ``model.bin`` (pnnx's default fp16 weights),
-``model_fp32.param`` / ``model_fp32.bin`` for the small models, ``input.npy`` (CHW float32),
-``output.npy`` (PyTorch's output, batch dimension removed) and ``meta.json``.
+Writes ``tests/models/<name>/`` (the folder is replaced whole):
+
+* ``model.param`` / ``model.bin``: pnnx's default conversion, fp16 weights;
+* ``model_fp32.param`` / ``model_fp32.bin``: pnnx ``fp16=0``, only for the small models
+  (``rrdb``, ``cunet``): the whole of ``tests/models`` must stay under 30 MB, as the repository
+  travels to the device machine under a 64 MB limit (ShuffleNetV2's fp32 copy alone is 5.5 MB);
+* ``input.npy``: the seeded input, float32 CHW (no batch dimension);
+* ``output.npy``: PyTorch's float32 output for it, batch dimension removed;
+* ``meta.json``: blob names (pnnx's ``in0`` / ``out0``, checked against the .param), shapes,
+  layer and blob counts, per-type layer counts and param ids, file sizes, torch / pnnx versions.
+
+Deterministic: every weight comes from ``torch.manual_seed(SEED)`` (BatchNorm running stats and
+affine params are randomised too, so BN is not an identity), the input from a seeded numpy
+generator; re-running with the same torch / pnnx versions rewrites byte-identical files
+(checked with ``--out /tmp/x`` and ``cmp``). ResNet-18 has every channel width halved (its fp16
+weights would be 23 MB at full width); all other architectures are at their original widths.
 """
 
 from __future__ import annotations
@@ -20,6 +35,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +43,36 @@ from torch import nn
 from torch.nn import functional as F
 
 ROOT = Path(__file__).resolve().parent.parent / "tests" / "models"
+SEED = 7767517
+
+
+def describe_param(path: Path) -> dict[str, Any]:
+    """Layer and blob counts, per-type layer counts and param ids, graph inputs and outputs."""
+    lines = path.read_text().splitlines()
+    layers, blobs = (int(v) for v in lines[1].split())
+    counts: dict[str, int] = {}
+    ids: dict[str, set[int]] = {}
+    produced: list[str] = []
+    consumed: set[str] = set()
+    inputs: list[str] = []
+    for line in lines[2:]:
+        tok = line.split()
+        kind, n_in, n_out = tok[0], int(tok[2]), int(tok[3])
+        bottoms, tops = tok[4 : 4 + n_in], tok[4 + n_in : 4 + n_in + n_out]
+        counts[kind] = counts.get(kind, 0) + 1
+        ids.setdefault(kind, set()).update(int(kv.split("=")[0]) for kv in tok[4 + n_in + n_out :])
+        consumed.update(bottoms)
+        produced += tops
+        if kind == "Input":
+            inputs += tops
+    return {
+        "layers": layers,
+        "blobs": blobs,
+        "counts": dict(sorted(counts.items())),
+        "param_ids": {k: sorted(v) for k, v in sorted(ids.items())},
+        "inputs": inputs,
+        "outputs": [b for b in produced if b not in consumed],
+    }
 
 
 def _randomise_bn(model: nn.Module, seed: int) -> None:
@@ -384,37 +430,45 @@ def export(name: str, root: Path = ROOT) -> dict[str, object]:
     import pnnx
 
     make, shape, fp32, description = MODELS[name]
-    torch.manual_seed(7767517)
+    torch.manual_seed(SEED)
     model = make().eval()
-    _randomise_bn(model, 7767517)
-    rng = np.random.default_rng(7767517)
+    _randomise_bn(model, SEED)
+    rng = np.random.default_rng(SEED)
     x = rng.standard_normal((1, *shape)).astype(np.float32)
     with torch.no_grad():
         y = model(torch.from_numpy(x)).numpy()[0]
     out = root / name
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists():  # a generated folder: drop stale files (a variant no longer built, etc.)
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
     variants = [("model", True)] + ([("model_fp32", False)] if fp32 else [])
     for stem, fp16 in variants:
         with tempfile.TemporaryDirectory() as tmp:
             pt = Path(tmp) / f"{name}.pt"
+            # Everything pnnx writes (.pt, _pnnx.py, .onnx, pnnx.param, ...) stays in tmp.
             pnnx.export(model, str(pt), (torch.from_numpy(x),), fp16=fp16)
             shutil.copy(Path(tmp) / f"{name}.ncnn.param", out / f"{stem}.param")
             shutil.copy(Path(tmp) / f"{name}.ncnn.bin", out / f"{stem}.bin")
     np.save(out / "input.npy", x[0])
     np.save(out / "output.npy", y.astype(np.float32))
-    lines = (out / "model.param").read_text().splitlines()
-    layer_count = int(lines[1].split()[0])
-    types = sorted({line.split()[0] for line in lines[2:]})
+    info = describe_param(out / "model.param")
+    if info["inputs"] != ["in0"] or info["outputs"] != ["out0"]:
+        raise RuntimeError(f"{name}: unexpected blob names {info['inputs']} -> {info['outputs']}")
     meta = {
         "name": name,
         "description": description,
-        "input": "in0",
-        "output": "out0",
+        "input": info["inputs"][0],
+        "output": info["outputs"][0],
         "input_shape": list(shape),
         "output_shape": list(y.shape),
-        "ncnn_layers": layer_count,
-        "layer_types": types,
+        "ncnn_layers": info["layers"],
+        "ncnn_blobs": info["blobs"],
+        "layer_types": sorted(info["counts"]),
+        "layer_counts": info["counts"],
+        "layer_param_ids": info["param_ids"],
         "variants": [stem for stem, _ in variants],
+        "files": {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.name != "meta.json"},
+        "seed": SEED,
         "torch": torch.__version__,
         "pnnx": getattr(pnnx, "__version__", "unknown"),
     }
@@ -429,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name in args.only or MODELS:
         meta = export(name, args.out)
-        print(f"{name}: {meta['ncnn_layers']} layers, {meta['layer_types']}", flush=True)
+        print(f"{name}: {meta['ncnn_layers']} layers, {meta['layer_counts']}", flush=True)
     return 0
 
 
