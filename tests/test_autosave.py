@@ -22,12 +22,14 @@ async def test_autosave_saves_new_work_once_per_burst(device: VulkanDevice, tmp_
             *[cache.get_pipeline("scale_add", specializations=(float(i), 0)) for i in range(10)]
         )
         await asyncio.sleep(0.7)
-        assert saver.saves == 1 and path.exists()  # a burst of 10 builds, one save
+        # a burst of 10 builds coalesces into one save (two if a tick lands mid-burst)
+        burst_saves = saver.saves
+        assert 1 <= burst_saves <= 2 and path.exists()
         await asyncio.sleep(0.5)
-        assert saver.saves == 1
+        assert saver.saves == burst_saves  # nothing new since: nothing written
         await cache.get_pipeline("unary", specializations=(3, 0.0, 0.0))
         result = await saver.aclose()  # flushes the pending change at once
-        assert result and saver.saves == 2
+        assert result and saver.saves == burst_saves + 1
     with PipelineCache(device) as fresh:
         loaded = fresh.load_cache(path)
         assert loaded and loaded.entries_used == 2

@@ -116,23 +116,30 @@ async def test_thousand_requests_over_fifty_keys(device: VulkanDevice) -> None:
 
 async def test_failure_reaches_every_waiter_and_is_not_cached(device: VulkanDevice) -> None:
     calls = 0
+    gate = threading.Event()
 
     def fail_once(entering: bool) -> None:
         nonlocal calls
         if entering:
             calls += 1
             if calls == 1:
+                gate.wait(10)  # hold the build until every waiter has joined it
                 raise RuntimeError("injected driver failure")
 
     device.creation_probe = fail_once
     try:
         with PipelineCache(device) as cache:
+            futures = [
+                cache.request_builtin("scale_add", specializations=(9.0, 1)) for _ in range(20)
+            ]
+            assert len({id(f) for f in futures}) == 1  # one shared build
+            gate.set()
             results = await asyncio.gather(
-                *[cache.get_pipeline("scale_add", specializations=(9.0, 1)) for _ in range(20)],
-                return_exceptions=True,
+                *[asyncio.wrap_future(f) for f in futures], return_exceptions=True
             )
             assert all(isinstance(r, RuntimeError) for r in results)
             assert cache.statistics().entries == 0
+            assert cache.statistics().inflight_joins == 19
             retry = await cache.get_pipeline("scale_add", specializations=(9.0, 1))
             x = np.ones(64, np.float32)
             np.testing.assert_allclose(_run(device, retry, x, 0.0), x * 9 + 1)
