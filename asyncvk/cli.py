@@ -312,7 +312,7 @@ def _cmd_cache_ls(args: argparse.Namespace) -> int:
     from .cache._directory import CacheDirectory
 
     directory = CacheDirectory(args.dir)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for key in directory.keys():
         for e in directory.entries(key):
             rows.append(

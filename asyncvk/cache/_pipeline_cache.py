@@ -197,9 +197,10 @@ class PipelineCache:
             values["spirv_entries"] = len(self._spirv)
         with self._pipelines.lock:
             values["in_flight"] = len(self._pipelines.running)
-        ints = {k: int(v) for k, v in values.items() if not k.endswith("_seconds")}
-        floats = {k: float(v) for k, v in values.items() if k.endswith("_seconds")}
-        return CacheStatistics(**ints, **floats)
+        typed: dict[str, Any] = {
+            k: float(v) if k.endswith("_seconds") else int(v) for k, v in values.items()
+        }
+        return CacheStatistics(**typed)
 
     def __repr__(self) -> str:
         s = self.statistics()

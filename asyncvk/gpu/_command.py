@@ -30,8 +30,12 @@ class DispatchablePipeline(Protocol):
     handle: Any
     layout: Any
     set_layout: Any
-    binding_count: int
-    push_constant_size: int
+
+    @property
+    def binding_count(self) -> int: ...
+
+    @property
+    def push_constant_size(self) -> int: ...
 
 
 class CommandRecorder:

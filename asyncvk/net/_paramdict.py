@@ -17,19 +17,19 @@ class ParamDict(Mapping[int, ParamValue]):
     float is expected is accepted (``get_float``), but not the other way round.
     """
 
-    values: Mapping[int, ParamValue] = field(default_factory=dict)
+    entries: Mapping[int, ParamValue] = field(default_factory=dict)
 
     def __getitem__(self, key: int) -> ParamValue:
-        return self.values[key]
+        return self.entries[key]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.values)
+        return iter(self.entries)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.entries)
 
     def get_int(self, key: int, default: int) -> int:
-        value = self.values.get(key, default)
+        value = self.entries.get(key, default)
         if isinstance(value, float) and value.is_integer():
             return int(value)
         if not isinstance(value, int):
@@ -37,13 +37,13 @@ class ParamDict(Mapping[int, ParamValue]):
         return value
 
     def get_float(self, key: int, default: float) -> float:
-        value = self.values.get(key, default)
+        value = self.entries.get(key, default)
         if not isinstance(value, (int, float)):
             raise TypeError(f"param {key} must be a number, got {value!r}")
         return float(value)
 
     def get_ints(self, key: int, default: tuple[int, ...] = ()) -> tuple[int, ...]:
-        value = self.values.get(key, default)
+        value = self.entries.get(key, default)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = (value,)
         if not isinstance(value, tuple):
@@ -51,7 +51,7 @@ class ParamDict(Mapping[int, ParamValue]):
         return tuple(int(v) for v in value)
 
     def get_floats(self, key: int, default: tuple[float, ...] = ()) -> tuple[float, ...]:
-        value = self.values.get(key, default)
+        value = self.entries.get(key, default)
         if isinstance(value, (int, float)):
             value = (value,)
         if not isinstance(value, tuple):
@@ -59,7 +59,7 @@ class ParamDict(Mapping[int, ParamValue]):
         return tuple(float(v) for v in value)
 
     def get_str(self, key: int, default: str) -> str:
-        value = self.values.get(key, default)
+        value = self.entries.get(key, default)
         if not isinstance(value, str):
             raise TypeError(f"param {key} must be a string, got {value!r}")
         return value

@@ -231,13 +231,14 @@ def reflect_spirv(spirv: bytes) -> ShaderInfo:
         if storage == _SC_PUSH_CONSTANT:
             push_size = max(push_size, size_of(pointee))
             continue
-        deco = decorations.get(var_id, {})
-        if _DEC_BINDING not in deco:
+        var_deco = decorations.get(var_id, {})
+        if _DEC_BINDING not in var_deco:
             continue
         kind = _descriptor_type(storage, pointee, types, decorations)
         if kind is None:
-            raise SpirvError(f"binding {deco[_DEC_BINDING]} has an unsupported resource type")
-        bindings.append(Binding(deco.get(_DEC_DESCRIPTOR_SET, 0), deco[_DEC_BINDING], kind))
+            raise SpirvError(f"binding {var_deco[_DEC_BINDING]} has an unsupported resource type")
+        binding = var_deco[_DEC_BINDING]
+        bindings.append(Binding(var_deco.get(_DEC_DESCRIPTOR_SET, 0), binding, kind))
 
     local_size_ids: tuple[int, int, int] | None = None
     if local_size_id_operands is not None:

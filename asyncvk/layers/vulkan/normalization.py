@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from ...gpu._memory import Buffer
 from .._vulkan import GpuBlob, PipelineSpec, RecordContext, VulkanLayer, pack_push
 from .._vulkan import vulkan_layer as register
 
@@ -30,7 +31,12 @@ class _ChannelAffine(VulkanLayer):
         else:
             plane, channels = math.prod(shape[1:]), shape[0]
         push = pack_push("3i", n, plane, channels)
-        bufs = [inputs[0], outputs[0], ctx.weight("scale"), ctx.weight("bias")]
+        bufs: list[Buffer | GpuBlob] = [
+            inputs[0],
+            outputs[0],
+            ctx.weight("scale"),
+            ctx.weight("bias"),
+        ]
         ctx.dispatch("affine", bufs, push, self.groups_1d(n, self.local_size_1d()))
 
 
