@@ -175,6 +175,8 @@ CASES: list[Case] = [
     Case("Concat", "0=0", [(3, 4, 5), (2, 4, 5)]),
     Case("Concat", "0=1", [(3, 4, 5), (3, 2, 5), (3, 1, 5)]),
     Case("Concat", "0=-1", [(3, 4, 5), (3, 4, 2)]),
+    Case("Concat", "0=0", [(1 + i % 3, 4, 5) for i in range(9)]),  # beyond 8: scatter path
+    Case("Concat", "0=1", [(2, 1 + i, 3) for i in range(8)]),
     Case("Split", "", [(3, 4, 5)], tops=2),
     Case("Slice", "-23300=2,-233,-233 1=0", [(6, 4, 5)], tops=2),
     Case("Slice", "-23300=3,1,2,-233 1=2", [(3, 4, 7)], tops=3),

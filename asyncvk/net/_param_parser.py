@@ -1,227 +1,437 @@
 """The text ``.param`` parser: ncnn's format, with every malformed input named by file and line.
 
-Format (ncnn ``Net::load_param``): magic 7767517, then ``layer_count blob_count``, then one line
-per layer: ``Type Name in_count out_count bottoms... tops... id=value ...``. A value with '.',
-'e' or 'E' is a float, else an int; one starting with a letter or '"' is a string; ``a,b,c``
-is an array (modern syntax) and ``-233XX=n,a,b`` the old array syntax for id XX.
+Format (ncnn ``Net::load_param`` and ``ParamDict::load_param``)::
+
+    7767517
+    layer_count blob_count
+    Type Name in_count out_count bottom... top... id=value ...
+
+A value with '.', 'e' or 'E' is a float, else an int (decided on the token text, as ncnn does);
+one starting with a letter or '"' is a string (quotes removed, at most 255 characters);
+``id=a,b,c`` is an array (typed float if any element is a float) and ``-233XX=n,a,b`` is the
+old array syntax for id XX, whose first element counts the rest. Ids run 0..31: 30 holds the
+top-shape hints (an int array) and 31 the featmask (an int).
+
+ncnn scans the file as a stream of whitespace-separated tokens; this parser reads it line by
+line instead (one layer per line, blank lines and extra spaces ignored), so that every error
+can name its line. Whatever the input, the only exception raised is ``ModelFormatError``.
 """
 
 from __future__ import annotations
 
-import io
+import difflib
 import os
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from .._errors import ModelFormatError
 from ._paramdict import ParamDict, ParamValue
 
 MAGIC = 7767517
+#: ncnn's NCNN_MAX_PARAM_COUNT is 32, so ids run 0..31.
 MAX_PARAM_ID = 31
+#: ncnn scans names with ``%255s`` and limits strings to 255 characters.
 MAX_STRING = 255
+OLD_ARRAY_BASE = -23300
+SHAPE_HINTS_ID = 30
+FEATMASK_ID = 31
+
+# C's isspace() in the "C" locale: what scanf skips. str.split() would also split on Unicode
+# spaces, which ncnn keeps inside names.
+_WS = " \t\r\f\v"
+_TOKEN = re.compile(f"[^{_WS}]+")
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_BINARY_MAGIC = MAGIC.to_bytes(4, "little")
 
 
 @dataclass(frozen=True)
 class LayerDecl:
+    """One layer line, as written: the graph is checked, the parameters are not interpreted."""
+
     type: str
     name: str
     bottoms: tuple[str, ...]
     tops: tuple[str, ...]
     params: ParamDict
+    #: 1-based line number in the file, for errors raised later (load_param, load_model).
     line: int
 
 
 @dataclass(frozen=True)
 class ParamFile:
+    """A parsed ``.param``: layers in file order, each blob produced once before it is used."""
+
     layers: tuple[LayerDecl, ...]
+    #: Every blob, in order of first appearance as a top (ncnn's blob index order).
     blob_names: tuple[str, ...]
+    #: The file name, or "<bytes>" / "<text>" when there is none.
     source: str
 
     @property
     def input_names(self) -> tuple[str, ...]:
+        """Blobs produced by ``Input`` layers: what a caller must feed."""
         return tuple(t for layer in self.layers if layer.type == "Input" for t in layer.tops)
 
     @property
     def output_names(self) -> tuple[str, ...]:
+        """Blobs produced but never consumed: what a caller can usefully extract."""
         consumed = {b for layer in self.layers for b in layer.bottoms}
         return tuple(b for b in self.blob_names if b not in consumed)
 
 
 def parse_param(
-    source: str | os.PathLike[str] | bytes | IO[Any],
+    source: str | os.PathLike[str] | bytes | IO[bytes] | IO[str],
     *,
     known_types: Collection[str] | None = None,
 ) -> ParamFile:
-    """Parse a text .param from a path, its bytes, or a file object."""
-    name = "<bytes>"
-    try:
-        if isinstance(source, (str, os.PathLike)):
-            name = str(source)
-            raw: bytes | str = Path(source).read_bytes()
-        elif isinstance(source, (bytes, bytearray, memoryview)):
-            raw = bytes(source)
-        else:
-            name = str(getattr(source, "name", "<file>"))
-            raw = source.read()
-    except OSError as exc:
-        raise ModelFormatError(f"cannot read: {exc.strerror or exc}", file=name) from exc
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ModelFormatError(
-                f"not a text .param file (byte {exc.start} is not UTF-8; binary .param.bin "
-                "files are not supported)",
-                file=name,
-            ) from None
-    else:
-        text = raw
+    """Parse a text ``.param`` from a path (``str`` or PathLike), its bytes, or a file object.
+
+    ``known_types``, when given, rejects layer types outside it, so a model that cannot run is
+    refused at parse time with the line that names the type.
+    """
+    name, raw = _read_source(source)
+    text = raw if isinstance(raw, str) else _decode(raw, name)
     return parse_param_text(text, name, known_types=known_types)
 
 
-def _number(token: str, *, where: dict[str, Any], what: str) -> int | float:
-    try:
-        if any(ch in token for ch in ".eE"):
-            return float(token)
-        return int(token)
-    except ValueError:
-        raise ModelFormatError(f"{what}: {token!r} is not a number", **where) from None
-
-
-def _value(token: str, where: dict[str, Any], key: int) -> ParamValue:
-    if not token:
-        raise ModelFormatError(f"param {key} has an empty value", **where)
-    if token[0].isalpha() or token[0] == '"':
-        text = token.strip('"')
-        if len(text) > MAX_STRING:
-            raise ModelFormatError(f"param {key}: string longer than {MAX_STRING}", **where)
-        return text
-    if "," in token:
-        items = [_number(t, where=where, what=f"param {key}") for t in token.split(",") if t]
-        if any(isinstance(v, float) for v in items):
-            return tuple(float(v) for v in items)
-        return tuple(int(v) for v in items)
-    return _number(token, where=where, what=f"param {key}")
-
-
-def _params(tokens: list[str], where: dict[str, Any]) -> ParamDict:
-    values: dict[int, ParamValue] = {}
-    for token in tokens:
-        key_text, eq, value_text = token.partition("=")
-        if not eq:
-            raise ModelFormatError(f"expected id=value, got {token!r}", **where)
-        try:
-            key = int(key_text)
-        except ValueError:
-            raise ModelFormatError(f"param id {key_text!r} is not an integer", **where) from None
-        if key <= -23300:
-            key = -key - 23300
-            items = [
-                _number(t, where=where, what=f"param {key}") for t in value_text.split(",") if t
-            ]
-            if not items or not isinstance(items[0], int) or items[0] != len(items) - 1:
-                raise ModelFormatError(
-                    f"param {key}: old-style array declares {items[0] if items else 0} values, "
-                    f"has {max(len(items) - 1, 0)}",
-                    **where,
-                )
-            body = items[1:]
-            value: ParamValue = (
-                tuple(float(v) for v in body)
-                if any(isinstance(v, float) for v in body)
-                else tuple(int(v) for v in body)
-            )
-        else:
-            value = _value(value_text, where, key)
-        if not 0 <= key <= MAX_PARAM_ID:
-            raise ModelFormatError(f"param id {key} out of range 0..{MAX_PARAM_ID}", **where)
-        if key in values:
-            raise ModelFormatError(f"param {key} given twice", **where)
-        values[key] = value
-    return ParamDict(values)
-
-
 def parse_param_text(
-    text: str, source: str = "<text>", *, known_types: Collection[str] | None = None
+    text: str, source: str, *, known_types: Collection[str] | None = None
 ) -> ParamFile:
-    lines = [(n, line.split()) for n, line in enumerate(io.StringIO(text), start=1)]
-    lines = [(n, tokens) for n, tokens in lines if tokens]
+    """Parse the content of a text ``.param``; ``source`` names it in errors."""
+    text = text.removeprefix("\ufeff")
+    lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip(_WS)]
     if not lines:
         raise ModelFormatError("empty .param file", file=source)
-    n, tokens = lines[0]
+    for n, line in lines:
+        if "\0" in line:
+            raise ModelFormatError("not a text .param file (NUL character)", file=source, line=n)
+    _check_magic(lines[0], source)
+    if len(lines) < 2:
+        raise ModelFormatError(
+            "missing the 'layer_count blob_count' line", file=source, line=lines[0][0] + 1
+        )
+    counts_line = lines[1][0]
+    layer_count, blob_count = _counts(lines[1], source)
+    body = lines[2:]
+    if len(body) < layer_count:
+        raise ModelFormatError(
+            f"declares {layer_count} layers but has only {len(body)} layer lines "
+            "(truncated file?)",
+            file=source,
+            line=counts_line,
+        )
+    if len(body) > layer_count:
+        extra_line, extra = body[layer_count]
+        raise ModelFormatError(
+            f"declares {layer_count} layers (line {counts_line}) but has more layer lines, "
+            f"starting with {extra.strip(_WS)[:40]!r}",
+            file=source,
+            line=extra_line,
+        )
+    graph = _Graph(source, known_types)
+    for n, line in body:
+        graph.add(_parse_layer(line, _Where(source, n)))
+    if len(graph.blob_names) != blob_count:
+        raise ModelFormatError(
+            f"declares {blob_count} blobs but the layers produce {len(graph.blob_names)}",
+            file=source,
+            line=counts_line,
+        )
+    return ParamFile(tuple(graph.layers), tuple(graph.blob_names), source)
+
+
+# -- reading the source ------------------------------------------------------------------------
+
+
+def _read_source(source: object) -> tuple[str, bytes | str]:
+    """Return (name for errors, content); every I/O failure becomes a ModelFormatError."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return "<bytes>", bytes(source)
+    if isinstance(source, (str, os.PathLike)):
+        name = os.fsdecode(source)
+        try:
+            return name, Path(source).read_bytes()
+        except (OSError, ValueError) as exc:
+            hint = " (pass bytes, not str, for file content)" if "\n" in name else ""
+            reason = getattr(exc, "strerror", None) or exc
+            raise ModelFormatError(f"cannot read: {reason}{hint}", file=name[:200]) from exc
+    read = getattr(source, "read", None)
+    if read is None:
+        raise ModelFormatError(f"cannot read a .param from {type(source).__name__}")
+    file_name = getattr(source, "name", None)
+    name = file_name if isinstance(file_name, str) else "<bytes>"
+    try:
+        raw = read()
+    except (OSError, ValueError) as exc:
+        raise ModelFormatError(f"cannot read: {exc}", file=name) from exc
+    if not isinstance(raw, (bytes, str)):
+        raise ModelFormatError(f"read() returned {type(raw).__name__}, not bytes", file=name)
+    return name, raw
+
+
+def _decode(raw: bytes, name: str) -> str:
+    if raw.startswith(_BINARY_MAGIC):
+        raise ModelFormatError(
+            "binary .param.bin files are not supported; use the text .param", file=name
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ModelFormatError(
+            f"not a text .param file (byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+            "is not UTF-8)",
+            file=name,
+            line=line,
+        ) from None
+
+
+# -- header ------------------------------------------------------------------------------------
+
+
+def _check_magic(first: tuple[int, str], source: str) -> None:
+    n, line = first
+    tokens = line.split()
     if tokens != [str(MAGIC)]:
         raise ModelFormatError(
-            f"bad magic {' '.join(tokens)!r} (expected {MAGIC})", file=source, line=n
-        )
-    if len(lines) < 2:
-        raise ModelFormatError("missing the layer/blob count line", file=source, line=n + 1)
-    n, tokens = lines[1]
-    if len(tokens) != 2:
-        raise ModelFormatError("expected 'layer_count blob_count'", file=source, line=n)
-    counts = [_number(t, where={"file": source, "line": n}, what="count") for t in tokens]
-    if any(not isinstance(c, int) or c <= 0 for c in counts):
-        raise ModelFormatError(
-            f"layer and blob counts must be positive integers, got {tokens}", file=source, line=n
-        )
-    layer_count, blob_count = int(counts[0]), int(counts[1])
-    body = lines[2:]
-    if len(body) != layer_count:
-        raise ModelFormatError(
-            f"declares {layer_count} layers but has {len(body)} layer lines",
+            f"bad magic {line.strip(_WS)[:40]!r} (a text .param starts with {MAGIC})",
             file=source,
-            line=lines[1][0],
+            line=n,
         )
-    layers: list[LayerDecl] = []
-    produced: dict[str, int] = {}
-    blob_names: list[str] = []
-    names: set[str] = set()
-    for n, tokens in body:
-        where: dict[str, Any] = {"file": source, "line": n}
-        if len(tokens) >= 2:
-            where["layer"] = tokens[1]
-        if len(tokens) < 4:
-            raise ModelFormatError("expected 'Type Name in_count out_count ...'", **where)
-        kind, name = tokens[0], tokens[1]
-        where["layer"] = name
-        try:
-            n_in, n_out = int(tokens[2]), int(tokens[3])
-        except ValueError:
+
+
+def _counts(counts: tuple[int, str], source: str) -> tuple[int, int]:
+    n, line = counts
+    tokens = _TOKEN.findall(line)
+    if len(tokens) != 2 or not all(_INT.match(t) for t in tokens):
+        raise ModelFormatError(
+            f"bad counts line {line.strip(_WS)[:40]!r} (expected 'layer_count blob_count')",
+            file=source,
+            line=n,
+        )
+    layer_count, blob_count = int(tokens[0]), int(tokens[1])
+    if layer_count <= 0 or blob_count <= 0:
+        raise ModelFormatError(
+            f"layer_count and blob_count must be positive, got {layer_count} {blob_count}",
+            file=source,
+            line=n,
+        )
+    return layer_count, blob_count
+
+
+# -- one layer line ----------------------------------------------------------------------------
+
+
+class _Where:
+    """File, line and (once known) layer name of the text being parsed, for errors."""
+
+    def __init__(self, file: str, line: int) -> None:
+        self.file = file
+        self.line = line
+        self.layer: str | None = None
+
+    def fail(self, message: str) -> NoReturn:
+        raise ModelFormatError(message, file=self.file, line=self.line, layer=self.layer)
+
+
+def _parse_layer(line: str, where: _Where) -> LayerDecl:
+    matches = list(_TOKEN.finditer(line))
+    tokens = [m.group() for m in matches]
+    if len(tokens) >= 2:
+        where.layer = tokens[1]
+    if len(tokens) < 4:
+        where.fail(f"expected 'Type Name in_count out_count ...', got {line.strip(_WS)[:60]!r}")
+    kind, name, in_text, out_text = tokens[:4]
+    for what, text in (("layer type", kind), ("layer name", name)):
+        if len(text) > MAX_STRING:
+            where.fail(f"{what} longer than {MAX_STRING} characters")
+    n_in = _count(in_text, "input", where)
+    n_out = _count(out_text, "output", where)
+    end = 4 + n_in + n_out
+    names = tokens[4:end]
+    missing = next((i for i, t in enumerate(names) if "=" in t), len(names))
+    if missing < n_in + n_out:
+        found = f"param {names[missing]!r}" if missing < len(names) else "the end of the line"
+        where.fail(
+            f"missing blob names: expects {n_in} input and {n_out} output names, "
+            f"found {found} after {missing}"
+        )
+    for blob in names:
+        if len(blob) > MAX_STRING:
+            where.fail(f"blob name longer than {MAX_STRING} characters")
+    params_start = matches[end - 1].end()
+    params = _parse_params(line, params_start, where)
+    return LayerDecl(kind, name, tuple(names[:n_in]), tuple(names[n_in:]), params, where.line)
+
+
+def _count(text: str, what: str, where: _Where) -> int:
+    if not _INT.match(text):
+        where.fail(f"{what} count {text!r} is not an integer")
+    value = int(text)
+    if value < 0:
+        where.fail(f"{what} count {value} is negative")
+    return value
+
+
+def _parse_params(line: str, pos: int, where: _Where) -> ParamDict:
+    """Scan ``id=value`` pairs; quoted strings may hold spaces, as in ncnn."""
+    values: dict[int, ParamValue] = {}
+    length = len(line)
+    while True:
+        while pos < length and line[pos] in _WS:
+            pos += 1
+        if pos >= length:
+            return ParamDict(values)
+        token = _TOKEN.match(line, pos)
+        assert token is not None  # pos is at a non-space character
+        key_text, eq, value_text = token.group().partition("=")
+        if not eq:
+            where.fail(f"expected id=value, got {token.group()[:40]!r}")
+        pos = token.end()
+        quoted = value_text.startswith('"')
+        if quoted:
+            value_start = token.start() + len(key_text) + 1
+            close = line.find('"', value_start + 1)
+            if close < 0:
+                where.fail(f"param {key_text}: unterminated quoted string")
+            pos = close + 1
+            if pos < length and line[pos] not in _WS:
+                where.fail(f"param {key_text}: text after the closing quote")
+            value_text = line[value_start + 1 : close]
+        key, old_array = _key(key_text, where)
+        if key in values:
+            where.fail(f"param {key} given twice")
+        if quoted:
+            values[key] = _string(value_text, key, where)
+        elif old_array:
+            values[key] = _old_array(value_text, key, where)
+        else:
+            values[key] = _value(value_text, key, where)
+        values[key] = _check_reserved(key, values[key], where)
+
+
+def _key(text: str, where: _Where) -> tuple[int, bool]:
+    """Return (param id, is old array syntax)."""
+    if not _INT.match(text):
+        where.fail(f"malformed param key {text[:40]!r} (expected an integer id before '=')")
+    key = int(text)
+    old_array = key <= OLD_ARRAY_BASE
+    param_id = OLD_ARRAY_BASE - key if old_array else key
+    if not 0 <= param_id <= MAX_PARAM_ID:
+        written = f" (written {key})" if old_array else ""
+        where.fail(f"param id {param_id}{written} out of range 0..{MAX_PARAM_ID}")
+    return param_id, old_array
+
+
+def _value(text: str, key: int, where: _Where) -> ParamValue:
+    if not text:
+        where.fail(f"param {key} has no value")
+    if text[0].isalpha() or text[0] == '"':
+        return _string(text.removesuffix('"'), key, where)
+    items = text.split(",")
+    if len(items) == 1:
+        return _number(text, key, where)
+    if items[-1] == "":  # ncnn stops at a trailing comma
+        items.pop()
+    return _typed_array([_number(t, key, where) for t in items])
+
+
+def _old_array(text: str, key: int, where: _Where) -> tuple[int, ...] | tuple[float, ...]:
+    items = text.split(",")
+    if not _INT.match(items[0]) or int(items[0]) < 0:
+        where.fail(f"param {key}: old-style array must start with its length, got {items[0]!r}")
+    declared = int(items[0])
+    values = [_number(t, key, where) for t in items[1:]]
+    if declared != len(values):
+        where.fail(f"param {key}: old-style array declares {declared} values but has {len(values)}")
+    return _typed_array(values)
+
+
+def _typed_array(values: list[int | float]) -> tuple[int, ...] | tuple[float, ...]:
+    if any(isinstance(v, float) for v in values):
+        return tuple(float(v) for v in values)
+    return tuple(int(v) for v in values)
+
+
+def _string(text: str, key: int, where: _Where) -> str:
+    if len(text) > MAX_STRING:
+        where.fail(f"param {key}: string longer than {MAX_STRING} characters ({len(text)})")
+    return text
+
+
+def _number(text: str, key: int, where: _Where) -> int | float:
+    """ncnn's rule on the token text: '.', 'e' or 'E' makes a float, anything else an int."""
+    if any(ch in text for ch in ".eE"):
+        if not _FLOAT.match(text):
+            where.fail(f"param {key}: {text[:40]!r} is not a number")
+        return float(text)
+    if not _INT.match(text):
+        where.fail(f"param {key}: {text[:40]!r} is not a number")
+    value = int(text)
+    if not _INT32_MIN <= value <= _INT32_MAX:
+        where.fail(f"param {key}: {value} does not fit in a 32-bit int")
+    return value
+
+
+def _check_reserved(key: int, value: ParamValue, where: _Where) -> ParamValue:
+    """Ids 30 and 31 mean the same for every layer; check their types once, here."""
+    if key == FEATMASK_ID and not isinstance(value, int):
+        where.fail(f"param 31 (featmask) must be an int, got {value!r}")
+    if key == SHAPE_HINTS_ID:
+        if isinstance(value, int):
+            return (value,)
+        if not isinstance(value, tuple) or any(isinstance(v, float) for v in value):
+            where.fail(f"param 30 (shape hints) must be an int array, got {value!r}")
+    return value
+
+
+# -- the graph ---------------------------------------------------------------------------------
+
+
+class _Graph:
+    """Checks each layer against those before it: names unique, blobs produced once, in order."""
+
+    def __init__(self, source: str, known_types: Collection[str] | None) -> None:
+        self.source = source
+        self.known_types = known_types
+        self.layers: list[LayerDecl] = []
+        self.blob_names: list[str] = []
+        self.producer: dict[str, LayerDecl] = {}
+        self.by_name: dict[str, LayerDecl] = {}
+
+    def add(self, decl: LayerDecl) -> None:
+        where: dict[str, Any] = {"file": self.source, "line": decl.line, "layer": decl.name}
+        if self.known_types is not None and decl.type not in self.known_types:
+            close = difflib.get_close_matches(decl.type, list(self.known_types), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ModelFormatError(f"unknown layer type {decl.type!r}{hint}", **where)
+        first = self.by_name.get(decl.name)
+        if first is not None:
             raise ModelFormatError(
-                f"input/output counts {tokens[2]!r} {tokens[3]!r} are not integers", **where
-            ) from None
-        if n_in < 0 or n_out < 0:
-            raise ModelFormatError("input/output counts must not be negative", **where)
-        if len(tokens) < 4 + n_in + n_out:
-            raise ModelFormatError(
-                f"expects {n_in} input and {n_out} output blob names, line ends early", **where
+                f"duplicate layer name {decl.name!r} (first on line {first.line})", **where
             )
-        bottoms = tuple(tokens[4 : 4 + n_in])
-        tops = tuple(tokens[4 + n_in : 4 + n_in + n_out])
-        if any("=" in b for b in bottoms + tops):
-            raise ModelFormatError("a blob name contains '=' (counts and names disagree)", **where)
-        if known_types is not None and kind not in known_types:
-            raise ModelFormatError(f"unknown layer type {kind!r}", **where)
-        if name in names:
-            raise ModelFormatError(f"duplicate layer name {name!r}", **where)
-        names.add(name)
-        for b in bottoms:
-            if b not in produced:
+        for blob in decl.bottoms:
+            if blob not in self.producer:
                 raise ModelFormatError(
-                    f"input blob {b!r} is not produced by an earlier layer", **where
+                    f"unknown blob {blob!r}: not produced by an earlier layer", **where
                 )
-        for t in tops:
-            if t in produced:
-                raise ModelFormatError(f"blob {t!r} is produced twice", **where)
-            produced[t] = n
-            blob_names.append(t)
-        params = _params(tokens[4 + n_in + n_out :], where)
-        layers.append(LayerDecl(kind, name, bottoms, tops, params, n))
-    if len(blob_names) != blob_count:
-        raise ModelFormatError(
-            f"declares {blob_count} blobs but the layers produce {len(blob_names)}",
-            file=source,
-            line=lines[1][0],
-        )
-    return ParamFile(tuple(layers), tuple(blob_names), source)
+        for blob in decl.tops:
+            earlier = self.producer.get(blob)
+            if earlier is not None:
+                raise ModelFormatError(
+                    f"blob {blob!r} is produced twice (first by layer {earlier.name!r} "
+                    f"on line {earlier.line})",
+                    **where,
+                )
+            self.producer[blob] = decl
+            self.blob_names.append(blob)
+        self.by_name[decl.name] = decl
+        self.layers.append(decl)
+
+
+__all__ = ("LayerDecl", "ParamFile", "parse_param", "parse_param_text")

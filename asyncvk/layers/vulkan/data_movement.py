@@ -1,8 +1,9 @@
 """Data-movement GPU layers. Crop, Slice, Permute, PixelShuffle, ShuffleChannel and Padding
 run ``gather.comp`` over an index map computed once per plan by running the layer's own CPU
 reference on index arrays, so the GPU path has exactly the reference's semantics for every
-parameter form. Concat runs ``scatter.comp`` with slabs of the output's index grid (the probe was
-the plan-time bottleneck of a 950-layer RRDB). Interp has its own shader."""
+parameter form. Concat copies up to eight inputs in one ``concat.comp`` dispatch (a 950-layer
+RRDB has 240 Concats: one dispatch each instead of one per input), and falls back to
+``scatter.comp`` with slabs of the output's index grid beyond that. Interp has its own shader."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import math
 
 import numpy as np
 
+from ...gpu._memory import Buffer
 from .._vulkan import GpuBlob, PipelineSpec, RecordContext, Shape, VulkanLayer, pack_push
 from .._vulkan import vulkan_layer as register
 
 _EXACT = 1 << 22  # float32 holds k + 0.5 exactly below 2^23
+_CONCAT_MAX = 8  # input bindings of concat.comp
 
 
 def _probe(layer: object, shapes: list[Shape], base: float) -> list[np.ndarray]:
@@ -80,20 +83,35 @@ class Padding(_Gather):
 
 @register("Concat")
 class Concat(VulkanLayer):
-    def supports(self, input_shapes: list[Shape]) -> bool:  # type: ignore[override]
-        return sum(math.prod(s) for s in input_shapes) < _EXACT
-
     def pipeline_specs(self) -> dict[str, PipelineSpec]:
-        return {"scatter": PipelineSpec("scatter", (), self.local_size_1d())}
+        local = self.local_size_1d()
+        if len(self.layer.bottoms) <= _CONCAT_MAX:
+            return {"concat": PipelineSpec("concat", (), local)}
+        return {"scatter": PipelineSpec("scatter", (), local)}
 
     def setup(self) -> None:
         self.axis = self.params.get_int(0, 0)
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
-        # Each input fills one slab of the output along the axis: its destination indices are
-        # that slab of the output's index grid (no probe needed, linear in the output size).
         out_shape = outputs[0].shape
         axis = self.axis % len(out_shape)
+        if len(inputs) <= _CONCAT_MAX:
+            # rows = everything before the axis; each input owns a run of columns in every row
+            rows = math.prod(out_shape[:axis])
+            inner = math.prod(out_shape[axis + 1 :])
+            cols = [0]
+            for blob in inputs:
+                cols.append(cols[-1] + blob.shape[axis] * inner)
+            cols += [cols[-1]] * (_CONCAT_MAX + 1 - len(cols))
+            bufs: list[Buffer | GpuBlob] = [*inputs]
+            bufs += [inputs[0]] * (_CONCAT_MAX - len(inputs)) + [outputs[0]]
+            push = pack_push("12i", rows, cols[len(inputs)], len(inputs), *cols)
+            ctx.dispatch(
+                "concat", bufs, push, self.groups_1d(outputs[0].size, self.local_size_1d())
+            )
+            return
+        # More inputs than bindings: each input fills one slab of the output along the axis; its
+        # destination indices are that slab of the output's index grid.
         grid = np.arange(outputs[0].size, dtype=np.int32).reshape(out_shape)
         offset = 0
         for blob in inputs:
