@@ -1,15 +1,25 @@
 """ModelBinReader: ncnn's ``.bin`` weights, read in layer order (ncnn ``ModelBinFromDataReader``).
 
-Every buffer is 4-byte aligned. ``type=1`` is raw float32. ``type=0`` starts with a tag:
-0x01306B47 fp16, 0x000D4B38 int8 (rejected: quantized models are not supported), 0x0002C056
-raw fp32 with extra scaling, 0 raw fp32, any other value a 256-float codebook + uint8 indexes.
+A ``.bin`` has no index: it is the concatenation of every layer's buffers, in the order the
+layers' ``load_model`` ask for them, each 4-byte aligned and little-endian. So the only way to
+find a mistake is to read in order and check the sizes, and errors must say which layer was
+reading, at which offset, and how many bytes it wanted.
+
+``type=1`` is raw float32 (w * 4 bytes). ``type=0`` starts with a 4-byte tag:
+
+- ``0x01306B47``: fp16, alignSize(w * 2, 4) bytes;
+- ``0x000D4B38``: int8 (rejected: quantized models are not supported);
+- ``0x0002C056``: raw fp32 "with extra scaling", w * 4 bytes;
+- ``0``: raw fp32, w * 4 bytes;
+- any other value: a 256-float codebook, then alignSize(w, 4) uint8 indexes into it.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 import numpy as np
 
@@ -18,6 +28,7 @@ from .._errors import ModelFormatError
 TAG_FP16 = 0x01306B47
 TAG_INT8 = 0x000D4B38
 TAG_FP32_SCALED = 0x0002C056
+CODEBOOK_SIZE = 256
 
 
 def _align4(n: int) -> int:
@@ -25,75 +36,104 @@ def _align4(n: int) -> int:
 
 
 class ModelBinReader:
-    """Reads weights from a buffer; errors name the file, the layer and the offset."""
+    """Reads weights from one in-memory buffer; errors name the file, the layer and the offset.
 
-    def __init__(self, data: bytes | memoryview, source: str = "<bytes>") -> None:
-        self.data = memoryview(data).cast("B")
+    Set ``current_layer`` before each layer's ``load_model`` so that errors name it. Every
+    array returned is a fresh float32 copy, safe to keep and to modify.
+    """
+
+    def __init__(self, data: bytes | bytearray | memoryview, source: str = "<bytes>") -> None:
+        view = memoryview(data)
+        if not view.c_contiguous:
+            view = memoryview(view.tobytes())
+        self.data = view.cast("B")
         self.source = source
         self.offset = 0
         self.current_layer: str | None = None
 
     @classmethod
     def open(cls, source: str | os.PathLike[str] | bytes | IO[bytes]) -> ModelBinReader:
-        if isinstance(source, (str, os.PathLike)):
-            try:
-                return cls(Path(source).read_bytes(), str(source))
-            except OSError as exc:
-                raise ModelFormatError(
-                    f"cannot read: {exc.strerror or exc}", file=str(source)
-                ) from exc
+        """Read a whole ``.bin`` from a path, its bytes, or a binary file object."""
         if isinstance(source, (bytes, bytearray, memoryview)):
-            return cls(bytes(source))
-        return cls(source.read(), str(getattr(source, "name", "<file>")))
+            return cls(source)
+        if isinstance(source, (str, os.PathLike)):
+            name = os.fsdecode(source)
+            try:
+                return cls(Path(source).read_bytes(), name)
+            except (OSError, ValueError) as exc:
+                reason = getattr(exc, "strerror", None) or exc
+                raise ModelFormatError(f"cannot read: {reason}", file=name[:200]) from exc
+        file_name = getattr(source, "name", None)
+        name = file_name if isinstance(file_name, str) else "<bytes>"
+        try:
+            raw = source.read()
+        except (OSError, ValueError) as exc:
+            raise ModelFormatError(f"cannot read: {exc}", file=name) from exc
+        if not isinstance(raw, (bytes, bytearray)):
+            raise ModelFormatError(
+                f"read() returned {type(raw).__name__}, not bytes (open the .bin in 'rb' mode)",
+                file=name,
+            )
+        return cls(raw, name)
 
     @property
     def remaining(self) -> int:
+        """Bytes not read yet."""
         return len(self.data) - self.offset
+
+    def load(self, w: int, type: int) -> np.ndarray:
+        """Read ``w`` values as a new 1-D float32 array (ncnn ``ModelBin::load(w, type)``)."""
+        w = operator.index(w)
+        if type not in (0, 1):
+            raise ValueError(f"unknown ModelBin load type {type} (0 = tagged, 1 = raw float32)")
+        if w < 0:
+            self._fail(f"negative weight count {w}")
+        if type == 1:
+            return self._floats(w, "float32 data")
+        tag_offset = self.offset
+        tag = int.from_bytes(self._take(4, "weight tag"), "little")
+        if tag == TAG_FP16:
+            raw = self._take(_align4(w * 2), f"fp16 data for {w} values")
+            return np.frombuffer(raw, "<f2", count=w).astype(np.float32)
+        if tag == TAG_INT8:
+            self.offset = tag_offset
+            self._fail(
+                f"int8-quantized weights (tag 0x{TAG_INT8:08x} at offset {tag_offset}) are not "
+                "supported; convert the model with fp16 or fp32 weights"
+            )
+        if tag in (0, TAG_FP32_SCALED):
+            return self._floats(w, "float32 data")
+        codebook = np.frombuffer(self._take(CODEBOOK_SIZE * 4, "codebook"), "<f4")
+        indexes = np.frombuffer(self._take(_align4(w), f"{w} codebook indexes"), np.uint8, w)
+        return codebook[indexes].astype(np.float32)
+
+    def check_end(self) -> None:
+        """Raise if bytes are left: the .bin does not belong to this .param."""
+        if self.remaining:
+            raise ModelFormatError(
+                f"trailing weights: {self.remaining} bytes after the last layer "
+                f"(offset {self.offset} of {len(self.data)}); the .bin does not match the .param",
+                file=self.source,
+            )
+
+    def _floats(self, w: int, what: str) -> np.ndarray:
+        return np.frombuffer(self._take(w * 4, f"{what} for {w} values"), "<f4").astype(np.float32)
 
     def _take(self, n: int, what: str) -> memoryview:
         if n > self.remaining:
-            raise ModelFormatError(
-                f"truncated weights: {what} needs {n} bytes at offset {self.offset}, "
-                f"{self.remaining} left",
-                file=self.source,
-                layer=self.current_layer,
+            self._fail(
+                f"truncated weights: {what} wants {n} bytes at offset {self.offset}, "
+                f"only {self.remaining} available"
             )
         chunk = self.data[self.offset : self.offset + n]
         self.offset += n
         return chunk
 
-    def load(self, w: int, type: int) -> np.ndarray:
-        """Read ``w`` values as a new float32 array."""
-        if w < 0:
-            raise ModelFormatError(
-                f"negative weight count {w}", file=self.source, layer=self.current_layer
-            )
-        if type == 1:
-            return np.frombuffer(self._take(w * 4, "float32 data"), "<f4").astype(np.float32)
-        if type != 0:
-            raise ValueError(f"unknown ModelBin load type {type}")
-        tag = int(np.frombuffer(self._take(4, "weight tag"), "<u4")[0])
-        if tag == TAG_FP16:
-            raw = self._take(_align4(w * 2), "fp16 data")
-            return np.frombuffer(raw[: w * 2], "<f2").astype(np.float32)
-        if tag == TAG_INT8:
-            raise ModelFormatError(
-                "int8-quantized weights are not supported (convert with fp16 or fp32 weights)",
-                file=self.source,
-                layer=self.current_layer,
-            )
-        if tag in (0, TAG_FP32_SCALED):
-            return np.frombuffer(self._take(w * 4, "float32 data"), "<f4").astype(np.float32)
-        codebook = np.frombuffer(self._take(256 * 4, "codebook"), "<f4")
-        indexes = np.frombuffer(self._take(_align4(w), "codebook indexes")[:w], np.uint8)
-        return codebook[indexes].astype(np.float32)
+    def _fail(self, message: str) -> NoReturn:
+        raise ModelFormatError(message, file=self.source, layer=self.current_layer)
 
-    def check_end(self) -> None:
-        if self.remaining:
-            raise ModelFormatError(
-                f"trailing weights: {self.remaining} bytes after the last layer",
-                file=self.source,
-            )
+    def __repr__(self) -> str:
+        return f"<ModelBinReader {self.source!r} [offset {self.offset} of {len(self.data)}]>"
 
 
 __all__ = ("ModelBinReader",)

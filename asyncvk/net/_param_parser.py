@@ -85,7 +85,7 @@ class ParamFile:
 
 
 def parse_param(
-    source: str | os.PathLike[str] | bytes | IO[bytes] | IO[str],
+    source: str | os.PathLike[str] | bytes | bytearray | IO[bytes] | IO[str],
     *,
     known_types: Collection[str] | None = None,
 ) -> ParamFile:
@@ -120,8 +120,7 @@ def parse_param_text(
     body = lines[2:]
     if len(body) < layer_count:
         raise ModelFormatError(
-            f"declares {layer_count} layers but has only {len(body)} layer lines "
-            "(truncated file?)",
+            f"declares {layer_count} layers but has only {len(body)} layer lines (truncated file?)",
             file=source,
             line=counts_line,
         )
@@ -196,8 +195,7 @@ def _decode(raw: bytes, name: str) -> str:
 
 def _check_magic(first: tuple[int, str], source: str) -> None:
     n, line = first
-    tokens = line.split()
-    if tokens != [str(MAGIC)]:
+    if _TOKEN.findall(line) != [str(MAGIC)]:
         raise ModelFormatError(
             f"bad magic {line.strip(_WS)[:40]!r} (a text .param starts with {MAGIC})",
             file=source,
@@ -208,13 +206,14 @@ def _check_magic(first: tuple[int, str], source: str) -> None:
 def _counts(counts: tuple[int, str], source: str) -> tuple[int, int]:
     n, line = counts
     tokens = _TOKEN.findall(line)
-    if len(tokens) != 2 or not all(_INT.match(t) for t in tokens):
+    ints = [_parse_int(t) for t in tokens]
+    if len(ints) != 2 or ints[0] is None or ints[1] is None:
         raise ModelFormatError(
             f"bad counts line {line.strip(_WS)[:40]!r} (expected 'layer_count blob_count')",
             file=source,
             line=n,
         )
-    layer_count, blob_count = int(tokens[0]), int(tokens[1])
+    layer_count, blob_count = ints[0], ints[1]
     if layer_count <= 0 or blob_count <= 0:
         raise ModelFormatError(
             f"layer_count and blob_count must be positive, got {layer_count} {blob_count}",
@@ -259,7 +258,7 @@ def _parse_layer(line: str, where: _Where) -> LayerDecl:
         found = f"param {names[missing]!r}" if missing < len(names) else "the end of the line"
         where.fail(
             f"missing blob names: expects {n_in} input and {n_out} output names, "
-            f"found {found} after {missing}"
+            f"found {found} after {missing} of them"
         )
     for blob in names:
         if len(blob) > MAX_STRING:
@@ -270,9 +269,9 @@ def _parse_layer(line: str, where: _Where) -> LayerDecl:
 
 
 def _count(text: str, what: str, where: _Where) -> int:
-    if not _INT.match(text):
+    value = _parse_int(text)
+    if value is None:
         where.fail(f"{what} count {text!r} is not an integer")
-    value = int(text)
     if value < 0:
         where.fail(f"{what} count {value} is negative")
     return value
@@ -293,33 +292,31 @@ def _parse_params(line: str, pos: int, where: _Where) -> ParamDict:
         if not eq:
             where.fail(f"expected id=value, got {token.group()[:40]!r}")
         pos = token.end()
-        quoted = value_text.startswith('"')
-        if quoted:
-            value_start = token.start() + len(key_text) + 1
-            close = line.find('"', value_start + 1)
-            if close < 0:
-                where.fail(f"param {key_text}: unterminated quoted string")
-            pos = close + 1
-            if pos < length and line[pos] not in _WS:
-                where.fail(f"param {key_text}: text after the closing quote")
-            value_text = line[value_start + 1 : close]
         key, old_array = _key(key_text, where)
         if key in values:
             where.fail(f"param {key} given twice")
-        if quoted:
-            values[key] = _string(value_text, key, where)
-        elif old_array:
-            values[key] = _old_array(value_text, key, where)
+        value: ParamValue
+        if old_array:
+            value = _old_array(value_text, key, where)
+        elif value_text.startswith('"'):
+            value_start = token.start() + len(key_text) + 2
+            close = line.find('"', value_start)
+            if close < 0:
+                where.fail(f"param {key}: unterminated quoted string")
+            pos = close + 1
+            if pos < length and line[pos] not in _WS:
+                where.fail(f"param {key}: text after the closing quote")
+            value = _string(line[value_start:close], key, where)
         else:
-            values[key] = _value(value_text, key, where)
-        values[key] = _check_reserved(key, values[key], where)
+            value = _value(value_text, key, where)
+        values[key] = _check_reserved(key, value, where)
 
 
 def _key(text: str, where: _Where) -> tuple[int, bool]:
     """Return (param id, is old array syntax)."""
-    if not _INT.match(text):
+    key = _parse_int(text)
+    if key is None:
         where.fail(f"malformed param key {text[:40]!r} (expected an integer id before '=')")
-    key = int(text)
     old_array = key <= OLD_ARRAY_BASE
     param_id = OLD_ARRAY_BASE - key if old_array else key
     if not 0 <= param_id <= MAX_PARAM_ID:
@@ -331,7 +328,7 @@ def _key(text: str, where: _Where) -> tuple[int, bool]:
 def _value(text: str, key: int, where: _Where) -> ParamValue:
     if not text:
         where.fail(f"param {key} has no value")
-    if text[0].isalpha() or text[0] == '"':
+    if text[0].isascii() and text[0].isalpha():  # C isalpha(): ASCII letters only
         return _string(text.removesuffix('"'), key, where)
     items = text.split(",")
     if len(items) == 1:
@@ -343,9 +340,9 @@ def _value(text: str, key: int, where: _Where) -> ParamValue:
 
 def _old_array(text: str, key: int, where: _Where) -> tuple[int, ...] | tuple[float, ...]:
     items = text.split(",")
-    if not _INT.match(items[0]) or int(items[0]) < 0:
+    declared = _parse_int(items[0])
+    if declared is None or declared < 0:
         where.fail(f"param {key}: old-style array must start with its length, got {items[0]!r}")
-    declared = int(items[0])
     values = [_number(t, key, where) for t in items[1:]]
     if declared != len(values):
         where.fail(f"param {key}: old-style array declares {declared} values but has {len(values)}")
@@ -370,12 +367,22 @@ def _number(text: str, key: int, where: _Where) -> int | float:
         if not _FLOAT.match(text):
             where.fail(f"param {key}: {text[:40]!r} is not a number")
         return float(text)
-    if not _INT.match(text):
+    value = _parse_int(text)
+    if value is None:
         where.fail(f"param {key}: {text[:40]!r} is not a number")
-    value = int(text)
     if not _INT32_MIN <= value <= _INT32_MAX:
         where.fail(f"param {key}: {value} does not fit in a 32-bit int")
     return value
+
+
+def _parse_int(text: str) -> int | None:
+    """The int ``%d`` reads from the whole token, or None; huge values saturate past int64
+    (``int()`` refuses strings over 4300 digits, and no caller needs the exact value)."""
+    if not _INT.match(text):
+        return None
+    if len(text.lstrip("+-").lstrip("0")) > 18:
+        return -(2**63) if text.startswith("-") else 2**63
+    return int(text)
 
 
 def _check_reserved(key: int, value: ParamValue, where: _Where) -> ParamValue:
@@ -407,8 +414,9 @@ class _Graph:
     def add(self, decl: LayerDecl) -> None:
         where: dict[str, Any] = {"file": self.source, "line": decl.line, "layer": decl.name}
         if self.known_types is not None and decl.type not in self.known_types:
-            close = difflib.get_close_matches(decl.type, list(self.known_types), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            by_lower = {t.lower(): t for t in self.known_types}
+            close = difflib.get_close_matches(decl.type.lower(), list(by_lower), n=1)
+            hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
             raise ModelFormatError(f"unknown layer type {decl.type!r}{hint}", **where)
         first = self.by_name.get(decl.name)
         if first is not None:
