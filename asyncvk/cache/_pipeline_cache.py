@@ -462,7 +462,7 @@ class PipelineCache:
             local_size=local_size,
             subgroup_size=subgroup_size,
         )
-        return await _await_shared(future)
+        return await await_shared(future)
 
     async def get_pipeline_spirv(
         self,
@@ -479,7 +479,7 @@ class PipelineCache:
             local_size=local_size,
             subgroup_size=subgroup_size,
         )
-        return await _await_shared(future)
+        return await await_shared(future)
 
     def get_pipeline_sync(
         self,
@@ -586,7 +586,17 @@ class PipelineCache:
         self.close()
 
 
-async def _await_shared(future: Future[_V]) -> _V:
-    """Await a shared build; cancelling this waiter leaves the build running for the others."""
+async def await_shared(future: Future[_V]) -> _V:
+    """Await a shared build; cancelling this waiter leaves the build running for the others.
+
+    The inner future's outcome is always retrieved, so a build that fails after its waiter was
+    cancelled is not logged as "exception was never retrieved".
+    """
     wrapped = asyncio.wrap_future(future)
+    wrapped.add_done_callback(_retrieve)
     return await asyncio.shield(wrapped)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

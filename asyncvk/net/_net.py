@@ -17,6 +17,7 @@ import anyio
 import numpy as np
 
 from .._errors import ModelFormatError
+from ..cache._pipeline_cache import await_shared
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._base import Layer
@@ -201,7 +202,6 @@ class Net:
             upload = asyncio.ensure_future(
                 anyio.to_thread.run_sync(self._upload_weights, gpu_nodes)
             )
-            waiters: list[asyncio.Future[Any]] = []
             try:
                 pending_per_node: dict[int, int] = {}
                 for node, _key, _fut in futures:
@@ -209,9 +209,8 @@ class Net:
                 done = total - len(pending_per_node)
                 if progress:
                     progress(done, total)
-                waiters = [asyncio.shield(asyncio.wrap_future(fut)) for _node, _key, fut in futures]
-                for (node, key, _fut), waiter in zip(futures, waiters, strict=True):
-                    node.pipelines[key] = await waiter
+                for node, key, fut in futures:
+                    node.pipelines[key] = await await_shared(fut)
                     pending_per_node[node.index] -= 1
                     if pending_per_node[node.index] == 0:
                         done += 1
@@ -221,8 +220,7 @@ class Net:
                 await upload
                 upload_s = time.perf_counter() - t0
             except BaseException:
-                for waiter in waiters:  # the builds go on, owned by the cache
-                    waiter.cancel()
+                # the builds still running go on, owned by the cache; nobody awaits them
                 if not upload.done():
                     upload.cancel()
                 with anyio.CancelScope(shield=True):
