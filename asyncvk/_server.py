@@ -30,6 +30,9 @@ log = logging.getLogger("asyncvk.serve")
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 JSON_LIMIT = 1 << 20  # values in a JSON request
+# json.loads holds the GIL even in a worker thread, so the JSON body size bounds the event loop's
+# stall (about 20 ms per MiB); bigger inputs belong in .npy, which parses without that cost.
+JSON_BODY_LIMIT = 4 << 20
 
 
 class ServerState:
@@ -57,8 +60,26 @@ NET_KEY: web.AppKey[Net] = web.AppKey("net", Net)
 STATE_KEY: web.AppKey[ServerState] = web.AppKey("state", ServerState)
 
 
+class RequestError(Exception):
+    """A client error: answered as ``{"error": message}`` with ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
+
+
+async def _body(request: web.Request) -> bytes:
+    """The whole body; over ``client_max_size`` is a 413 with a JSON message, not aiohttp's text."""
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestError(
+            413, f"request body over {request.client_max_size} bytes (server --max-body)"
+        ) from None
 
 
 def _npy(data: bytes) -> np.ndarray:
@@ -66,9 +87,31 @@ def _npy(data: bytes) -> np.ndarray:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise ValueError(f"body is not a valid .npy file: {exc}") from None
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiub":
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiu":
         raise ValueError(f"dtype {getattr(array, 'dtype', '?')} is not a real number type")
     return array
+
+
+def _json_inputs(body: bytes) -> dict[str, np.ndarray]:
+    """Parse and convert off the event loop (bounded by JSON_BODY_LIMIT: it holds the GIL)."""
+    try:
+        raw = json.loads(body)["inputs"]
+        inputs = {str(k): np.asarray(v, dtype=np.float32) for k, v in raw.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f'expected JSON {{"inputs": {{"name": [...]}}}}: {exc}') from None
+    if sum(a.size for a in inputs.values()) > JSON_LIMIT:
+        raise ValueError(f"JSON inputs over {JSON_LIMIT} values: send .npy")
+    return inputs
+
+
+def _encode(result: np.ndarray, output: str, encoding: str) -> tuple[bytes, str]:
+    """The reply body, off the event loop (a JSON reply still holds the GIL: use .npy for big)."""
+    if encoding == "json":
+        payload = {"outputs": {output: result.tolist()}, "shape": list(result.shape)}
+        return json.dumps(payload).encode(), "application/json"
+    buf = io.BytesIO()
+    np.save(buf, result)
+    return buf.getvalue(), "application/x-npy"
 
 
 async def _inputs(request: web.Request, net: Net) -> tuple[dict[str, np.ndarray], str]:
@@ -78,7 +121,7 @@ async def _inputs(request: web.Request, net: Net) -> tuple[dict[str, np.ndarray]
         names = net.input_names
         if len(names) != 1:
             raise ValueError(f"the model has inputs {names}: send multipart/form-data")
-        body = await request.read()
+        body = await _body(request)
         return {names[0]: await asyncio.to_thread(_npy, body)}, "npy"
     if kind == "multipart/form-data":
         inputs: dict[str, np.ndarray] = {}
@@ -86,33 +129,34 @@ async def _inputs(request: web.Request, net: Net) -> tuple[dict[str, np.ndarray]
         async for part in reader:
             if not isinstance(part, BodyPartReader) or part.name is None:
                 raise ValueError("each multipart part must be one .npy file named after an input")
-            inputs[part.name] = await asyncio.to_thread(_npy, await part.read())
+            try:
+                data = await part.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise RequestError(
+                    413, f"a part over {request.client_max_size} bytes (server --max-body)"
+                ) from None
+            inputs[part.name] = await asyncio.to_thread(_npy, data)
         return inputs, "npy"
     if kind == "application/json":
-        try:
-            payload = await request.json()
-            raw = payload["inputs"]
-            inputs = {str(k): np.asarray(v, dtype=np.float32) for k, v in raw.items()}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f'expected JSON {{"inputs": {{"name": [...]}}}}: {exc}') from None
-        if sum(a.size for a in inputs.values()) > JSON_LIMIT:
-            raise ValueError(f"JSON inputs over {JSON_LIMIT} values: send .npy")
-        return inputs, "json"
-    raise web.HTTPUnsupportedMediaType(
-        text=json.dumps(
-            {
-                "error": f"unsupported content type {kind!r}; use application/x-npy, "
-                "multipart/form-data or application/json"
-            }
-        ),
-        content_type="application/json",
+        body = await _body(request)
+        if len(body) > JSON_BODY_LIMIT:
+            raise RequestError(413, f"JSON bodies over {JSON_BODY_LIMIT} bytes: send .npy")
+        return await asyncio.to_thread(_json_inputs, body), "json"
+    raise RequestError(
+        415,
+        f"unsupported content type {kind!r}; use application/x-npy, "
+        "multipart/form-data or application/json",
     )
 
 
 async def infer(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
     start = time.perf_counter()
-    response = await _infer(request, state)
+    try:
+        response = await _infer(request, state)
+    except Exception as exc:  # a server bug still answers JSON and shows up in the metrics
+        log.exception("inference failed")
+        response = _error(500, f"{type(exc).__name__}: {exc}")
     state.codes[response.status] += 1
     if response.status == 200:
         state.observe(time.perf_counter() - start)
@@ -136,18 +180,15 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
                 return _error(400, f"unknown input {name!r} (inputs: {net.input_names})")
             ex.input(name, np.asarray(array, dtype=np.float32))
         result = await ex.extract(output)
-    except web.HTTPException as exc:
-        return web.Response(status=exc.status, text=exc.text, content_type="application/json")
+    except RequestError as exc:
+        return _error(exc.status, str(exc))
+    except web.HTTPClientError as exc:  # aiohttp's own body checks: same JSON shape
+        return _error(exc.status, exc.text or exc.reason)
     except (AsyncVkError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         return _error(400, str(message))
-    if encoding == "json":
-        return web.json_response(
-            {"outputs": {output: result.tolist()}, "shape": list(result.shape)}
-        )
-    buf = io.BytesIO()
-    np.save(buf, result)
-    return web.Response(body=buf.getvalue(), content_type="application/x-npy")
+    body, kind = await asyncio.to_thread(_encode, result, output, encoding)
+    return web.Response(body=body, content_type=kind)
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -190,7 +231,10 @@ async def metrics(request: web.Request) -> web.Response:
         "# TYPE asyncvk_ready gauge",
         f"asyncvk_ready {int(state.ready)}",
     ]
-    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+    return web.Response(
+        body=("\n".join(lines) + "\n").encode(),
+        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+    )
 
 
 def create_app(

@@ -23,6 +23,8 @@ from asyncvk.cache._directory import CacheDirectory
 
 MODEL = Path(__file__).parent / "models" / "cunet"
 MAX_BODY = 2_000_000
+# every client call has a deadline, so a hung server fails the test instead of stalling the run
+TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
 def _free_port() -> int:
@@ -35,6 +37,7 @@ class Server:
     def __init__(self, cache_dir: Path) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.stdout = ""
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -61,7 +64,7 @@ class Server:
     async def first_answer(self) -> tuple[int, float]:
         """The status of the first /ready that answers, and how long after start it came."""
         start = time.monotonic()
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
             while time.monotonic() - start < 30:
                 try:
                     async with http.get(f"{self.url}/ready") as r:
@@ -72,7 +75,7 @@ class Server:
 
     async def wait_ready(self) -> None:
         deadline = time.monotonic() + 60
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
             while time.monotonic() < deadline:
                 try:
                     async with http.get(f"{self.url}/ready") as r:
@@ -85,7 +88,11 @@ class Server:
         raise AssertionError("not ready in time")
 
     async def metrics(self) -> dict[str, float]:
-        async with aiohttp.ClientSession() as http, http.get(f"{self.url}/metrics") as r:
+        async with (
+            aiohttp.ClientSession(timeout=TIMEOUT) as http,
+            http.get(f"{self.url}/metrics") as r,
+        ):
+            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             text = await r.text()
         values = {}
         for line in text.splitlines():
@@ -96,7 +103,8 @@ class Server:
 
     def stop(self) -> tuple[int, str]:
         self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=60)
+        out, err = self.proc.communicate(timeout=60)
+        self.stdout = out
         return self.proc.returncode, err
 
 
@@ -127,13 +135,13 @@ async def test_serve_end_to_end(cache_dir: Path) -> None:
     server = Server(cache_dir)
     try:
         status, after = await server.first_answer()
-        assert status in (200, 503) and after < 30
+        assert status in (200, 503) and after < 20  # listening before (or as) the model loads
         await server.wait_ready()
         x0 = np.load(MODEL / "input.npy")
         inputs = [x0 * (1 + i / 1000) for i in range(200)]
         expected = await _reference(inputs)
 
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
 
             async def one(x: np.ndarray) -> np.ndarray:
                 async with http.post(
@@ -170,14 +178,15 @@ async def test_serve_end_to_end(cache_dir: Path) -> None:
                 (_npy(np.zeros((2, 2), "U3")), "application/x-npy", "", 400, "dtype"),
                 (_npy(x0), "application/x-npy", "?output=nope", 400, "unknown output"),
                 (b"{", "application/json", "", 400, "expected JSON"),
-                (bytes(MAX_BODY + 10), "application/x-npy", "", 413, ""),
+                (_npy(np.ones((3, 44, 44), bool)), "application/x-npy", "", 400, "dtype"),
+                (bytes(MAX_BODY + 10), "application/x-npy", "", 413, "max-body"),
             ]
             for data, kind, query, code, needle in bad:
                 async with http.post(
                     f"{server.url}/infer{query}", data=data, headers={"Content-Type": kind}
                 ) as r:
                     assert r.status == code, (kind, query, await r.text())
-                    assert needle in await r.text()
+                    assert needle in (await r.json())["error"]
             async with http.post(
                 f"{server.url}/infer", data=_npy(x0), headers={"Content-Type": "application/x-npy"}
             ) as r:
@@ -188,7 +197,7 @@ async def test_serve_end_to_end(cache_dir: Path) -> None:
         assert first["asyncvk_spirv_compiles"] > 0 and first["asyncvk_model_load_warm"] == 0
 
         # SIGTERM while requests are in flight: a clean exit and a valid cache folder
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
 
             async def fire() -> None:
                 try:
@@ -207,6 +216,7 @@ async def test_serve_end_to_end(cache_dir: Path) -> None:
             await asyncio.gather(*traffic)
         assert code == 0, err
         assert "Traceback" not in err
+        assert f"serving on http://127.0.0.1:{server.port}" in server.stdout
     finally:
         if server.proc.poll() is None:
             server.proc.kill()
