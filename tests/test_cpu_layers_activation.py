@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from layer_checks import FakeModelBin, forward_checked
 
 from asyncvk.layers import layer_class
 from asyncvk.layers.cpu.activation import fused_activation
@@ -15,22 +16,6 @@ from asyncvk.net._paramdict import ParamDict
 
 RNG = np.random.default_rng(7767517)
 FLT_MAX = float(np.finfo(np.float32).max)
-
-
-class FakeModelBin:
-    """Hands out successive slices of one array, recording the requested (w, type)."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = np.asarray(data, np.float32).reshape(-1)
-        self.offset = 0
-        self.calls: list[tuple[int, int]] = []
-
-    def load(self, w: int, type: int) -> np.ndarray:
-        self.calls.append((w, type))
-        out = self.data[self.offset : self.offset + w]
-        assert out.size == w, "fake model bin ran out of data"
-        self.offset += w
-        return out.copy()
 
 
 def make(type_name: str, params: dict, data: np.ndarray | None = None):
@@ -44,13 +29,7 @@ def make(type_name: str, params: dict, data: np.ndarray | None = None):
 
 
 def run(layer, *xs: np.ndarray) -> np.ndarray:
-    before = [x.copy() for x in xs]
-    out = layer.forward(list(xs))
-    for x, b in zip(xs, before, strict=True):
-        np.testing.assert_array_equal(x, b)
-    assert layer.output_shapes([x.shape for x in xs]) == [o.shape for o in out]
-    assert out[0].dtype == np.float32
-    return out[0]
+    return forward_checked(layer, *xs)[0]
 
 
 def sample(shape=(3, 5, 7), scale: float = 3.0) -> np.ndarray:

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from layer_checks import forward_checked
 
 from asyncvk.layers import Layer, layer_class
 from asyncvk.layers.cpu import binary, reduce  # noqa: F401  (registers the layers)
@@ -24,15 +25,7 @@ def make(type_name: str, **params: object) -> Layer:
 
 
 def run(layer: Layer, *inputs: np.ndarray) -> list[np.ndarray]:
-    """Forward, checking shape inference, dtype and that inputs stay untouched."""
-    copies = [x.copy() for x in inputs]
-    outs = layer.forward(list(inputs))
-    assert layer.output_shapes([x.shape for x in inputs]) == [o.shape for o in outs]
-    for o in outs:
-        assert o.dtype == np.float32
-    for x, c in zip(inputs, copies, strict=True):
-        np.testing.assert_array_equal(x, c)
-    return outs
+    return forward_checked(layer, *inputs)
 
 
 def rand(*shape: int, low: float = -2.0, high: float = 2.0) -> np.ndarray:

@@ -7,6 +7,7 @@ from itertools import product
 
 import numpy as np
 import pytest
+from layer_checks import FakeModelBin, forward_checked
 
 from asyncvk.layers.cpu.conv import (
     Convolution,
@@ -29,22 +30,6 @@ ACTIVATIONS: list[tuple[int, tuple[float, ...]]] = [
     (5, ()),
     (6, (0.2, 0.5)),
 ]
-
-
-class FakeModelBin:
-    """Hands out successive slices of one array, recording the requested (w, type)."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = np.asarray(data, np.float32).reshape(-1)
-        self.offset = 0
-        self.calls: list[tuple[int, int]] = []
-
-    def load(self, w: int, type: int) -> np.ndarray:
-        self.calls.append((w, type))
-        out = self.data[self.offset : self.offset + w]
-        assert out.size == w, "fake model bin ran out of data"
-        self.offset += w
-        return out.copy()
 
 
 def ref_act(v: float, t: int, p: tuple[float, ...]) -> float:
@@ -77,13 +62,7 @@ def make(cls: type, params: dict, data: np.ndarray | None = None):
 
 
 def run(layer, *xs: np.ndarray) -> np.ndarray:
-    before = [x.copy() for x in xs]
-    out = layer.forward(list(xs))
-    for x, b in zip(xs, before, strict=True):
-        np.testing.assert_array_equal(x, b)  # inputs untouched
-    assert layer.output_shapes([x.shape for x in xs]) == [o.shape for o in out]
-    assert all(o.dtype == np.float32 for o in out)
-    return out[0]
+    return forward_checked(layer, *xs)[0]
 
 
 # -- Convolution ---------------------------------------------------------------------------
