@@ -43,7 +43,9 @@ def ncnn_latency(d: Path, loops: int) -> dict[str, Any]:
     net.opt.use_vulkan_compute = ncnn.get_gpu_count() > 0
     net.load_param(str(d / "model.param"))
     net.load_model(str(d / "model.bin"))
-    x = ncnn.Mat(np.ascontiguousarray(np.load(d / "input.npy")))
+    # ncnn.Mat wraps the numpy buffer without holding a reference: keep the array alive
+    x_host = np.ascontiguousarray(np.load(d / "input.npy"))
+    x = ncnn.Mat(x_host)
 
     def once() -> float:
         t = time.perf_counter()

@@ -90,6 +90,11 @@ CASES: list[Case] = [
         [(2, 8, 7)],
         [(3 * 2 * 2 * 3, 0), (3, 1)],
     ),
+    # more than one 8-channel tile and one 32-column workgroup in the tiled shader
+    Case("Convolution", "0=17 1=3 4=1 5=1 6=1377 9=1", [(9, 5, 37)], conv_weights(17, 9, 3)),
+    Case("Convolution", "0=16 1=1 3=2 5=0 6=64", [(4, 3, 67)], conv_weights(16, 4, 1, bias=False)),
+    # group 1 through ConvolutionDepthWise takes the tiled path too
+    Case("ConvolutionDepthWise", "0=9 1=3 4=1 5=1 6=81 7=1", [(1, 6, 7)], conv_weights(9, 1, 3)),
     Case(
         "ConvolutionDepthWise",
         "0=6 1=3 4=1 5=1 6=54 7=6 9=1",

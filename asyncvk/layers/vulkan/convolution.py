@@ -11,6 +11,8 @@ from .._vulkan import GpuBlob, PipelineSpec, RecordContext, VulkanLayer, pack_pu
 from .._vulkan import vulkan_layer as register
 
 _LOCAL_2D = (8, 8, 1)
+_TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
+_TILE_OX = 4  # output columns per invocation in convolution_tiled.comp
 _FLT_MAX = 3.402823466e38
 
 
@@ -104,15 +106,45 @@ class _ConvBase(VulkanLayer):
 
 @register("Convolution")
 class Convolution(_ConvBase):
+    """Ungrouped convolutions run ``convolution_tiled.comp`` (8 channels x 4 columns per
+    invocation, weights repacked for it); grouped ones the one-output ``convolution.comp``."""
+
+    def _tiled(self) -> bool:
+        return self.group == 1
+
     def pipeline_specs(self) -> dict[str, PipelineSpec]:
-        return {"conv": PipelineSpec("convolution", (*self._specs(), self.pad_value), _LOCAL_2D)}
+        specs = (*self._specs(), self.pad_value)
+        if self._tiled():
+            # the tiled shader has no group constant (id 6)
+            return {"conv": PipelineSpec("convolution_tiled", specs[:6] + specs[7:], _LOCAL_2D)}
+        return {"conv": PipelineSpec("convolution", specs, _LOCAL_2D)}
+
+    def _arrange(self, weight: np.ndarray) -> np.ndarray:
+        if not self._tiled():
+            return weight
+        maxk = self.kernel_w * self.kernel_h
+        out_c = self.num_output
+        in_c = weight.size // (out_c * maxk)
+        padded = -(-out_c // _TILE_OC) * _TILE_OC
+        packed = np.zeros((padded, in_c, maxk), np.float32)
+        packed[:out_c] = weight.reshape(out_c, in_c, maxk)
+        # [out_c / 8][in_c][maxk][8]: the 8 channels of one tap are two consecutive vec4
+        blocks = packed.reshape(padded // _TILE_OC, _TILE_OC, in_c, maxk).transpose(0, 2, 3, 1)
+        return np.ascontiguousarray(blocks).reshape(-1)
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         c, h, w = inputs[0].shape
         oc, oh, ow = outputs[0].shape
         left, top = self._pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
-        groups = (math.ceil(ow / 8), math.ceil(oh / 8), oc)
+        if self._tiled():
+            groups = (
+                math.ceil(ow / (_TILE_OX * 8)),
+                math.ceil(oh / 8),
+                math.ceil(oc / _TILE_OC),
+            )
+        else:
+            groups = (math.ceil(ow / 8), math.ceil(oh / 8), oc)
         ctx.dispatch(
             "conv", [inputs[0], outputs[0], ctx.weight("weight"), ctx.weight("bias")], push, groups
         )
