@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from asyncvk import Net, Option, get_gpu_info
+from asyncvk.layers.vulkan import convolution
 
 MODELS = Path(__file__).resolve().parent.parent / "tests" / "models"
 
@@ -86,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(names))
     parser.add_argument("--loops", type=int, default=10)
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--compare-conv",
+        action="store_true",
+        help="also time asyncvk with the other convolution shader (tiled / one output each)",
+    )
     args = parser.parse_args(argv)
     info = get_gpu_info()
     rows = []
@@ -94,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, Any] = {"model": name, "ncnn": ncnn_latency(d, args.loops)}
         row["asyncvk"] = asyncio.run(asyncvk_latency(d, args.loops, False))
         row["asyncvk_fp16"] = asyncio.run(asyncvk_latency(d, args.loops, True))
+        if args.compare_conv:
+            other = "never" if info.is_cpu else "always"
+            convolution.TILED_SHADER = other
+            row[f"asyncvk_tiled_conv_{other}"] = asyncio.run(asyncvk_latency(d, args.loops, False))
+            convolution.TILED_SHADER = "cpu"
         if "median_ms" in row["ncnn"]:
             row["asyncvk_over_ncnn"] = round(
                 row["asyncvk"]["median_ms"] / row["ncnn"]["median_ms"], 2

@@ -249,3 +249,35 @@ async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
     for e, g in zip(expected, got, strict=True):
         assert e.shape == g.shape
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
+
+
+CONV_CASES = [c for c in CASES if c.type.startswith("Convolution")]
+
+
+@pytest.mark.parametrize("tiled", ["never", "always"])
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
+async def test_both_convolution_shaders(
+    device: VulkanDevice, case: Case, tiled: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tiled shader (chosen on CPU devices) and the one-output shader (chosen on GPUs)
+    both match the reference, whichever device runs the tests."""
+    from asyncvk.layers.vulkan import convolution
+
+    monkeypatch.setattr(convolution, "TILED_SHADER", tiled)
+    param, weights = build(case)
+    inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
+    expected, cpu_net = await _run(case, False, inputs, param, weights)
+    await cpu_net.aclose()
+    got, gpu_net = await _run(case, True, inputs, param, weights)
+    shaders = {
+        spec.shader
+        for node in gpu_net.nodes
+        if node.vulkan is not None
+        for spec in node.vulkan.pipeline_specs().values()
+    }
+    await gpu_net.aclose()
+    grouped = "7=" in case.params and "7=1" not in case.params.split()
+    want = "convolution_tiled" if tiled == "always" and not grouped else "convolution"
+    assert shaders == {want}
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)

@@ -13,6 +13,10 @@ from .._vulkan import vulkan_layer as register
 _LOCAL_2D = (8, 8, 1)
 _TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
 _TILE_OX = 4  # output columns per invocation in convolution_tiled.comp
+#: Where ungrouped convolutions use convolution_tiled.comp: "cpu" devices only (measured:
+#: 4-8x faster on lavapipe, where every per-lane load is a scalar loop; 1.5-9x slower on an
+#: H100, which wants one invocation per output for occupancy), "always" or "never" (benchmarks).
+TILED_SHADER = "cpu"
 _FLT_MAX = 3.402823466e38
 
 
@@ -106,11 +110,14 @@ class _ConvBase(VulkanLayer):
 
 @register("Convolution")
 class Convolution(_ConvBase):
-    """Ungrouped convolutions run ``convolution_tiled.comp`` (8 channels x 4 columns per
-    invocation, weights repacked for it); grouped ones the one-output ``convolution.comp``."""
+    """On CPU devices ungrouped convolutions run ``convolution_tiled.comp`` (8 channels x 4
+    columns per invocation, weights repacked for it); otherwise ``convolution.comp``, one output
+    per invocation."""
 
     def _tiled(self) -> bool:
-        return self.group == 1
+        if self.group != 1 or TILED_SHADER == "never":
+            return False
+        return TILED_SHADER == "always" or self.info.is_cpu
 
     def pipeline_specs(self) -> dict[str, PipelineSpec]:
         specs = (*self._specs(), self.pad_value)
