@@ -23,6 +23,7 @@ for what in "$@"; do
     threads) python3 benchmarks/compile_threads.py --runs 3 --out "$OUT/compile_threads_h100.json" 2>&1 | grep '^{"model"' | cut -c1-400 ;;
     tests) python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu.py tests/test_pipeline_cache.py 2>&1 | tail -5 ;;
     coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_h100.json" ;;
+    gpusetup) python3 benchmarks/gpu_setup.py | tee "$OUT/gpu_setup_h100.json" ;;
     *) echo "unknown step $what" ;;
   esac
 done
