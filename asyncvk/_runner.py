@@ -3,13 +3,11 @@ the user asked for, time each phase, and report in one JSON-ready dict."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import numpy as np
 
 from .cache._pipeline_cache import PipelineCache
@@ -42,20 +40,23 @@ class OpenNet:
 
 
 async def open_net(config: RunConfig) -> OpenNet:
-    """Load param and model, with the cache file or folder loaded first when given.
-
-    The Vulkan instance and device (100-200 ms on a discrete GPU's driver) and the cache file
-    are opened in a thread while the param file is parsed."""
+    """Load param and model, with the cache file or folder loaded first when given."""
     from .gpu import get_gpu_count, get_gpu_device
 
     report: dict[str, Any] = {"param": config.param, "model": config.model}
     start = time.perf_counter()
+    use_gpu = not config.cpu and get_gpu_count() > 0
+    cache: PipelineCache | None = None
+    opt = Option(
+        use_vulkan_compute=use_gpu,
+        vulkan_device=config.device,
+        use_fp16_storage=config.fp16,
+        use_fp16_arithmetic=False,
+        num_compile_threads=config.compile_threads,
+    )
     report["cache_loaded"] = False
     report["cache_reason"] = "no cache requested"
-
-    def open_gpu() -> PipelineCache | None:
-        if config.cpu or get_gpu_count() == 0:
-            return None
+    if use_gpu:
         device = get_gpu_device(config.device)
         report["gpu_setup_s"] = time.perf_counter() - start
         info = device.info
@@ -71,6 +72,7 @@ async def open_net(config: RunConfig) -> OpenNet:
             read_only=config.read_only,
             must_hit=config.must_hit,
         )
+        opt.pipeline_cache = cache
         if config.cache_file:
             t0 = time.perf_counter()
             result = cache.load_cache(config.cache_file)
@@ -79,34 +81,15 @@ async def open_net(config: RunConfig) -> OpenNet:
             report["cache_reason"] = result.reason
             report["cache_entries_used"] = result.entries_used
             report["cache_entries_skipped"] = result.entries_skipped
-        return cache
-
-    # the device is decided by open_gpu, so the Net must not open one of its own meanwhile
-    opt = Option(
-        use_vulkan_compute=False,
-        vulkan_device=config.device,
-        use_fp16_storage=config.fp16,
-        use_fp16_arithmetic=False,
-        num_compile_threads=config.compile_threads,
-    )
-    net = Net(opt)
-    gpu = asyncio.ensure_future(anyio.to_thread.run_sync(open_gpu))
-    try:
-        t0 = time.perf_counter()
-        await net.load_param(config.param)
-        report["load_param_s"] = time.perf_counter() - t0
-    finally:
-        cache = await gpu  # on a param error, still join the thread (and close what it opened)
-        if cache is not None and net.param is None:
-            await cache.aclose()
-    if cache is not None:
-        opt.use_vulkan_compute = True
-        opt.pipeline_cache = cache
-        if config.cache_dir and config.graph_key and not config.cache_file:
+        elif config.cache_dir and config.graph_key:
             opt.cache_dir = config.cache_dir
             opt.graph_key = config.graph_key
     else:
         report["device"] = {"name": "cpu (numpy)", "driver": "", "type": "cpu"}
+    net = Net(opt)
+    t0 = time.perf_counter()
+    await net.load_param(config.param)
+    report["load_param_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     await net.load_model(config.model, progress=config.progress)
     report["load_model_s"] = time.perf_counter() - t0

@@ -105,14 +105,12 @@ class Net:
         self._idle: dict[tuple[Any, ...], list[Plan]] = {}
         self._plan_cond: asyncio.Condition | None = None
         self._closed = False
-        self._device_ready: asyncio.Future[None] | None = None
 
     # -- loading -------------------------------------------------------------------------------
 
     async def load_param(self, source: str | os.PathLike[str] | bytes | IO[Any]) -> None:
         """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
         start = time.perf_counter()
-        self._open_device_in_background()
         _import_layers()
         if not isinstance(source, (str, os.PathLike, bytes)):
             source = source.read()
@@ -179,10 +177,8 @@ class Net:
         reader = await anyio.to_thread.run_sync(ModelBinReader.open, source)
         await anyio.to_thread.run_sync(self._read_weights, reader)
         read_s = time.perf_counter() - start
-        ready, self._device_ready = self._device_ready, None
-        if ready is not None and ready.get_loop() is asyncio.get_running_loop():
-            await asyncio.wait([ready])  # never raises: open_device swallows, wait ignores cancel
-        self._setup_device()
+        # opening the device (100-200 ms on a discrete GPU's driver) must not block the loop
+        await anyio.to_thread.run_sync(self._setup_device)
         total = len(self.nodes)
         done = 0
         pipelines_s = upload_s = 0.0
@@ -329,28 +325,6 @@ class Net:
                 ) from exc
         reader.current_layer = None
         reader.check_end()
-
-    def _open_device_in_background(self) -> None:
-        """Start creating the Vulkan instance and device (100-200 ms on a discrete GPU's
-        driver) in a thread, so it overlaps parsing the param file and reading the weights.
-        Failures are left for ``_setup_device`` to raise in ``load_model``."""
-        if self.opt.use_vulkan_compute is False or self.opt.pipeline_cache is not None:
-            return
-        if self._device_ready is not None and not self._device_ready.done():
-            return
-        from ..gpu._device import get_gpu_device
-        from ..gpu._instance import get_gpu_count
-
-        index = self.opt.vulkan_device
-
-        def open_device() -> None:
-            try:
-                if get_gpu_count() > 0:
-                    get_gpu_device(index)
-            except Exception:  # raised again, in context, by _setup_device
-                pass
-
-        self._device_ready = asyncio.ensure_future(anyio.to_thread.run_sync(open_device))
 
     def _setup_device(self) -> None:
         from ..gpu._device import get_gpu_device
