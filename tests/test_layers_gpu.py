@@ -93,6 +93,26 @@ CASES: list[Case] = [
     # more than one 8-channel tile and one 32-column workgroup in the tiled shader
     Case("Convolution", "0=17 1=3 4=1 5=1 6=1377 9=1", [(9, 5, 37)], conv_weights(17, 9, 3)),
     Case("Convolution", "0=16 1=1 3=2 5=0 6=64", [(4, 3, 67)], conv_weights(16, 4, 1, bias=False)),
+    # pure depthwise (convolutiondepthwise.comp): strides, dilation, 5x5, SAME and asymmetric
+    # pads, pad value, activations, a row wider than one 32-column workgroup
+    Case(
+        "ConvolutionDepthWise",
+        "0=5 1=3 3=2 4=1 5=1 6=45 7=5 9=2 -23310=1,0.1",
+        [(5, 9, 38)],
+        conv_weights(5, 5, 3, group=5),
+    ),
+    Case(
+        "ConvolutionDepthWise",
+        "0=3 1=5 2=2 4=-233 5=0 6=75 7=3 9=3 -23310=2,-0.5,0.5",
+        [(3, 11, 13)],
+        conv_weights(3, 3, 5, group=3, bias=False),
+    ),
+    Case(
+        "ConvolutionDepthWise",
+        "0=4 1=3 11=2 3=1 13=2 4=2 15=0 14=1 16=0 18=0.25 5=1 6=24 7=4",
+        [(4, 7, 5)],
+        [(4 * 3 * 2, 0), (4, 1)],
+    ),
     # group 1 through ConvolutionDepthWise takes the tiled path too
     Case("ConvolutionDepthWise", "0=9 1=3 4=1 5=1 6=81 7=1", [(1, 6, 7)], conv_weights(9, 1, 3)),
     Case(
@@ -276,8 +296,15 @@ async def test_both_convolution_shaders(
         for spec in node.vulkan.pipeline_specs().values()
     }
     await gpu_net.aclose()
-    grouped = "7=" in case.params and "7=1" not in case.params.split()
-    want = "convolution_tiled" if tiled == "always" and not grouped else "convolution"
+    params = dict(kv.split("=", 1) for kv in case.params.split())
+    group, out_c = int(params.get("7", "1")), int(params["0"])
+    pure_depthwise = group > 1 and group == out_c == case.inputs[0][0]
+    if pure_depthwise:
+        want = "convolutiondepthwise"
+    elif tiled == "always" and group == 1:
+        want = "convolution_tiled"
+    else:
+        want = "convolution"
     assert shaders == {want}
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)

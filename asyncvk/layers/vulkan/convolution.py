@@ -159,7 +159,39 @@ class Convolution(_ConvBase):
 
 @register("ConvolutionDepthWise")
 class ConvolutionDepthWise(Convolution):
+    """Pure depthwise layers (group == in_c == out_c) run ``convolutiondepthwise.comp``, which
+    has no group constant, so every channel count shares one pipeline; other groupings run
+    ``convolution.comp`` (or the tiled shader when group == 1)."""
+
     depthwise = True
+
+    def _pure(self) -> bool:
+        maxk = self.kernel_w * self.kernel_h
+        size = self.params.get_int(6, 0)
+        return (
+            self.group > 1
+            and self.num_output == self.group
+            and size == self.num_output * maxk  # one input channel per group
+        )
+
+    def pipeline_specs(self) -> dict[str, PipelineSpec]:
+        if not self._pure():
+            return super().pipeline_specs()
+        specs = (*self._specs(), self.pad_value)
+        return {"conv": PipelineSpec("convolutiondepthwise", specs[:6] + specs[7:], _LOCAL_2D)}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        if not self._pure():
+            super().record(ctx, inputs, outputs)
+            return
+        c, h, w = inputs[0].shape
+        oc, oh, ow = outputs[0].shape
+        left, top = self._pads(w, h)
+        push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
+        groups = (math.ceil(ow / (4 * 8)), math.ceil(oh / 8), oc)
+        ctx.dispatch(
+            "conv", [inputs[0], outputs[0], ctx.weight("weight"), ctx.weight("bias")], push, groups
+        )
 
 
 @register("Deconvolution")

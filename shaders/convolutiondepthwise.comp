@@ -1,0 +1,71 @@
+#version 450
+// Depthwise convolution (group == in_c == out_c): one invocation computes 4 consecutive output
+// columns of one channel. Each kernel row's input span is loaded once and reused by the 4
+// outputs (6 loads instead of 12 for a 3x3 stride-1 row), edges are branch-free, and the
+// channel is the shader's only weight row, so no group constant: one pipeline per
+// kernel/stride/dilation/activation serves every channel count.
+// Weights are [c][kernel_h][kernel_w]. x = output column / 4, y = output row, z = channel.
+layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
+
+layout(constant_id = 0) const int kernel_w = 1;
+layout(constant_id = 1) const int kernel_h = 1;
+layout(constant_id = 2) const int dilation_w = 1;
+layout(constant_id = 3) const int dilation_h = 1;
+layout(constant_id = 4) const int stride_w = 1;
+layout(constant_id = 5) const int stride_h = 1;
+layout(constant_id = 6) const int bias_term = 0;
+layout(constant_id = 7) const int act_type = 0;
+layout(constant_id = 8) const float act_a = 0.0;
+layout(constant_id = 9) const float act_b = 0.0;
+layout(constant_id = 10) const float pad_value = 0.0;
+
+layout(binding = 0) readonly buffer In { sfp x_in[]; };
+layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
+layout(binding = 2) readonly buffer Weight { sfp weight[]; };
+layout(binding = 3) readonly buffer Bias { sfp bias[]; };
+
+layout(push_constant) uniform Params {
+    int w; int h; int c;
+    int outw; int outh; int outc;
+    int pad_left; int pad_top;
+} p;
+
+#include "activation.h"
+
+const int span = 3 * stride_w + (kernel_w - 1) * dilation_w + 1;  // input columns of 4 outputs
+
+void main() {
+    int ox0 = int(gl_GlobalInvocationID.x) * 4;
+    int oy = int(gl_GlobalInvocationID.y);
+    int ch = int(gl_GlobalInvocationID.z);
+    if (ox0 >= p.outw || oy >= p.outh || ch >= p.outc) return;
+
+    const int maxk = kernel_w * kernel_h;
+    float b = bias_term == 1 ? float(bias[ch]) : 0.0;
+    vec4 sum = vec4(b);
+    int x0 = ox0 * stride_w - p.pad_left;
+    int y0 = oy * stride_h - p.pad_top;
+    int plane = ch * p.w * p.h;
+    int wbase = ch * maxk;
+    for (int ky = 0; ky < kernel_h; ky++) {
+        int y = y0 + ky * dilation_h;
+        bool yin = y >= 0 && y < p.h;
+        int row = plane + clamp(y, 0, p.h - 1) * p.w;
+        float seg[span];
+        for (int i = 0; i < span; i++) {
+            int x = x0 + i;
+            float v = float(x_in[row + clamp(x, 0, p.w - 1)]);
+            seg[i] = (yin && x >= 0 && x < p.w) ? v : pad_value;
+        }
+        for (int kx = 0; kx < kernel_w; kx++) {
+            float k = float(weight[wbase + ky * kernel_w + kx]);
+            int o = kx * dilation_w;
+            sum += k * vec4(seg[o], seg[o + stride_w], seg[o + 2 * stride_w], seg[o + 3 * stride_w]);
+        }
+    }
+    int base = (ch * p.outh + oy) * p.outw;
+    for (int j = 0; j < 4; j++) {
+        if (ox0 + j >= p.outw) break;
+        x_out[base + ox0 + j] = sfp(activation(sum[j], act_type, act_a, act_b));
+    }
+}
