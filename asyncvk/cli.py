@@ -352,6 +352,50 @@ def _cmd_cache_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_shapehint(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ._runner import parse_shape
+    from .net._param_parser import parse_param_text
+    from .net._shape_hints import infer_shapes, write_hints
+
+    inputs: dict[str, tuple[int, ...]] = {}
+    for spec in args.shape:
+        name, shape = parse_shape(spec)
+        if not 1 <= len(shape) <= 3 or min(shape) <= 0:
+            raise ValueError(f"--shape {spec!r}: expected 1 to 3 positive dims (C,H,W)")
+        inputs[name] = shape
+    raw = Path(args.param).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{args.param}: not a text .param file") from None
+    param = parse_param_text(text, args.param)
+    shapes = infer_shapes(param, inputs)
+    missing = [n for n in param.input_names if n not in shapes]
+    if missing:
+        raise ValueError(
+            f"no shape for input {missing[0]!r}: give --shape {missing[0]}=C,H,W "
+            "(its Input layer declares none)"
+        )
+    out_text, hinted = write_hints(text, shapes, args.param)
+    Path(args.out).write_bytes(out_text.encode("utf-8"))
+    report = {
+        "param": args.param,
+        "out": args.out,
+        "inputs": {n: list(shapes[n]) for n in param.input_names},
+        "layers": len(param.layers),
+        "layers_hinted": hinted,
+        "blob_shapes": {n: list(s) for n, s in shapes.items()},
+    }
+
+    def text_out() -> None:
+        print(f"{args.out}: shape hints on {hinted} of {len(param.layers)} layers")
+
+    _print(args, report, text_out)
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ._server import run_server
 
@@ -412,6 +456,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--loops", type=int, default=10)
     bench.add_argument("--warmup", type=int, default=2)
     bench.set_defaults(func=_cmd_bench)
+
+    hint = sub.add_parser(
+        "shapehint", help="write a .param with shape hints (id 30) for given input shapes"
+    )
+    hint.add_argument("param", help="ncnn .param file")
+    hint.add_argument(
+        "--shape", action="append", default=[], metavar="NAME=C,H,W", help="an input's shape"
+    )
+    hint.add_argument("-o", "--out", required=True, metavar="OUT.param")
+    hint.add_argument("--json", action="store_true")
+    hint.set_defaults(func=_cmd_shapehint)
 
     serve = sub.add_parser("serve", help="an HTTP inference server for one model")
     serve.add_argument("param")

@@ -21,6 +21,7 @@ def _digest(
     local_size: Sequence[int],
     subgroup_size: int,
     specializations: Sequence[SpecValue],
+    baked_push: bytes | None = None,
 ) -> bytes:
     h = hashlib.blake2b(digest_size=16, person=domain)
     h.update(struct.pack("<I", len(identity)))
@@ -31,6 +32,8 @@ def _digest(
         # the type tag keeps int 1 and float 1.4e-45 (same bits) apart
         tag = b"b" if isinstance(value, bool) else b"i" if isinstance(value, int) else b"f"
         h.update(tag + pack_specialization(value))
+    if baked_push is not None:  # shape-baked pipelines: one per distinct push-constant value
+        h.update(b"p" + struct.pack("<I", len(baked_push)) + baked_push)
     return h.digest()
 
 
@@ -40,10 +43,17 @@ def builtin_digest(
     local_size: Sequence[int],
     subgroup_size: int,
     specializations: Sequence[SpecValue],
+    baked_push: bytes | None = None,
 ) -> bytes:
-    """Digest of a builtin shader request."""
+    """Digest of a builtin shader request (``baked_push``: a shape variant's constant bytes)."""
     return _digest(
-        b"avk-builtin", shader.encode(), option_bits, local_size, subgroup_size, specializations
+        b"avk-builtin",
+        shader.encode(),
+        option_bits,
+        local_size,
+        subgroup_size,
+        specializations,
+        baked_push,
     )
 
 

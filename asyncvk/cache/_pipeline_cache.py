@@ -395,11 +395,17 @@ class PipelineCache:
         specializations: Sequence[SpecValue] = (),
         local_size: tuple[int, int, int] = (64, 1, 1),
         subgroup_size: int = 0,
+        baked_push: bytes | None = None,
     ) -> Future[PipelineArtifact]:
-        """Start (or join) the build of a builtin-shader pipeline; a concurrent future."""
+        """Start (or join) the build of a builtin-shader pipeline; a concurrent future.
+
+        ``baked_push`` (for a ``<name>@shapes`` variant) gives the values of its push-constant
+        specialization ids; each distinct value is its own pipeline.
+        """
         options = options.supported_on(self.device.info)
         specs = tuple(specializations)
-        digest = builtin_digest(shader, options.bits, local_size, subgroup_size, specs)
+        baked = None if baked_push is None else bytes(baked_push)
+        digest = builtin_digest(shader, options.bits, local_size, subgroup_size, specs, baked)
         self.registry.get(shader)  # unknown names fail here, in the caller
 
         def build() -> PipelineArtifact:
@@ -413,6 +419,7 @@ class PipelineCache:
                 subgroup_size=subgroup_size,
                 pipeline_cache=self.vk_cache,
                 name=shader,
+                baked_push=baked,
             )
 
         return self._request(digest, build)

@@ -25,6 +25,8 @@ ffi = _vk.ffi
 lib = _vk.lib
 
 SpecValue = int | float | bool
+#: Specialization ids from here up take their values from ``baked_push`` (the shape variants).
+BAKED_PUSH_BASE_ID = 100
 _CACHE_HIT_BIT = 0x2  # VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT
 _FEEDBACK_VALID_BIT = 0x1
 _REQUIRED_SUBGROUP_SIZE_STYPE = (
@@ -96,9 +98,24 @@ def create_pipeline(
     subgroup_size: int = 0,
     pipeline_cache: Any = None,
     name: str = "shader",
+    baked_push: bytes | None = None,
 ) -> PipelineArtifact:
-    """Create the shader module, layouts and compute pipeline; destroy all on failure."""
+    """Create the shader module, layouts and compute pipeline; destroy all on failure.
+
+    With ``baked_push``, user specialization ids >= 100 take the 4 bytes at push offset
+    ``4 * (id - 100)`` (a shape variant's push constants); the others stay positional.
+    """
     user_ids = info.user_specialization_ids
+    baked_ids: tuple[int, ...] = ()
+    if baked_push is not None:
+        baked_ids = tuple(i for i in user_ids if i >= BAKED_PUSH_BASE_ID)
+        user_ids = tuple(i for i in user_ids if i < BAKED_PUSH_BASE_ID)
+        for i in baked_ids:
+            if 4 * (i - BAKED_PUSH_BASE_ID) + 4 > len(baked_push):
+                raise PipelineError(
+                    f"shader {name!r}: constant {i} needs push bytes "
+                    f"{4 * (i - BAKED_PUSH_BASE_ID)}..+4, got {len(baked_push)} bytes"
+                )
     if len(specializations) != len(user_ids):
         raise PipelineError(
             f"shader {name!r} declares {len(user_ids)} specialization constants "
@@ -186,6 +203,11 @@ def create_pipeline(
 
         ids = list(user_ids)
         values = [pack_specialization(v) for v in specializations]
+        for i in baked_ids:
+            assert baked_push is not None
+            ids.append(i)
+            offset = 4 * (i - BAKED_PUSH_BASE_ID)
+            values.append(baked_push[offset : offset + 4])
         if info.local_size_ids is not None:
             ids += list(info.local_size_ids)
             values += [pack_specialization(int(x)) for x in local_size]

@@ -25,7 +25,7 @@ from ..layers._registry import layer_class, layer_types
 from ..layers._vulkan import VulkanLayer, vulkan_layer_class
 from ._modelbin import ModelBinReader
 from ._option import Option
-from ._param_parser import ParamFile, parse_param
+from ._param_parser import SHAPE_HINTS_ID, ParamFile, parse_param
 from ._plan import Plan, needed_nodes
 
 Progress = Callable[[int, int], None]
@@ -48,6 +48,8 @@ class _Node:
     weight_data: list[np.ndarray] = field(default_factory=list)
     vulkan: VulkanLayer | None = None
     pipelines: dict[str, PipelineArtifact] = field(default_factory=dict)
+    #: Shape-baked pipelines by (pipeline key, push bytes): see ``_shape_hints``.
+    baked: dict[tuple[str, bytes], PipelineArtifact] = field(default_factory=dict)
     weight_buffers: dict[str, Buffer] = field(default_factory=dict)
 
 
@@ -59,6 +61,7 @@ class LoadStatistics:
     pipelines_s: float = 0.0
     upload_s: float = 0.0
     pipelines_requested: int = 0
+    shape_baked_pipelines: int = 0
     gpu_layers: int = 0
     cpu_layers: int = 0
 
@@ -182,12 +185,13 @@ class Net:
         total = len(self.nodes)
         done = 0
         pipelines_s = upload_s = 0.0
+        baked: list[tuple[_Node, Any, Any]] = []
         requested = 0
         if self.use_vulkan:
             await self._load_from_cache_dir(source)
             self._create_vulkan_layers()
             gpu_nodes = [n for n in self.nodes if n.vulkan is not None]
-            futures: list[tuple[_Node, str, Any]] = []
+            futures: list[tuple[_Node, Any, Any]] = []
             for node in gpu_nodes:
                 assert node.vulkan is not None
                 for key, spec in node.vulkan.pipeline_specs().items():
@@ -198,6 +202,8 @@ class Net:
                         local_size=spec.local_size,
                     )
                     futures.append((node, key, fut))
+            baked = self._request_shape_baked(gpu_nodes) if self.opt.use_shape_hints else []
+            futures += baked
             requested = len(futures)
             t0 = time.perf_counter()
             upload = asyncio.ensure_future(
@@ -211,7 +217,10 @@ class Net:
                 if progress:
                     progress(done, total)
                 for node, key, fut in futures:
-                    node.pipelines[key] = await await_shared(fut)
+                    if isinstance(key, tuple):
+                        node.baked[key] = await await_shared(fut)
+                    else:
+                        node.pipelines[key] = await await_shared(fut)
                     pending_per_node[node.index] -= 1
                     if pending_per_node[node.index] == 0:
                         done += 1
@@ -243,6 +252,7 @@ class Net:
             pipelines_s=pipelines_s,
             upload_s=upload_s,
             pipelines_requested=requested,
+            shape_baked_pipelines=len(baked) if self.use_vulkan else 0,
             gpu_layers=gpu,
             cpu_layers=total - gpu,
         )
@@ -355,11 +365,66 @@ class Net:
         for node in self.nodes:
             node.vulkan = None
             node.pipelines = {}
+            node.baked = {}
             if node.layer.featmask & _FEATMASK_NO_VULKAN:
                 continue
             cls = vulkan_layer_class(node.layer.type_name)
             if cls is not None:
                 node.vulkan = cls(node.layer, options, info, node.params, node.weight_data)
+
+    def _hinted_shapes(self) -> dict[int, tuple[int, ...]]:
+        """Blob shapes the param file hints: id 30 on any layer, or an Input's own params."""
+        from ._shape_hints import decode_hints
+
+        shapes: dict[int, tuple[int, ...]] = {}
+        for node in self.nodes:
+            params = node.params
+            tops: list[tuple[int, ...] | None] = [None] * len(node.tops)
+            if params is not None and SHAPE_HINTS_ID in params:
+                tops = decode_hints(params[SHAPE_HINTS_ID], len(node.tops))
+            if node.layer.type_name == "Input" and tops == [None] and not node.bottoms:
+                try:
+                    tops = [tuple(node.layer.output_shapes([])[0])]  # type: ignore[attr-defined]
+                except ValueError:
+                    pass
+            for t, shape in zip(node.tops, tops, strict=True):
+                if shape is not None:
+                    shapes[t] = shape
+        return shapes
+
+    def _request_shape_baked(self, nodes: list[_Node]) -> list[tuple[_Node, Any, Any]]:
+        """Request a ``@shapes`` pipeline for each dispatch a hinted GPU layer would record."""
+        from ._shape_hints import capture_dispatches
+
+        shapes = self._hinted_shapes()
+        registry = self.cache.registry
+        futures: list[tuple[_Node, Any, Any]] = []
+        for node in nodes:
+            vl = node.vulkan
+            assert vl is not None
+            if not all(b in shapes for b in node.bottoms + node.tops):
+                continue
+            specs = vl.pipeline_specs()
+            requests = capture_dispatches(
+                vl,
+                self.device.info,
+                [shapes[b] for b in node.bottoms],
+                [shapes[t] for t in node.tops],
+            )
+            for key, push in requests:
+                spec = specs.get(key)
+                variant = registry.shape_variant(spec.shader) if spec is not None else None
+                if spec is None or variant is None:
+                    continue
+                fut = self.cache.request_builtin(
+                    variant,
+                    options=self.opt.shader_options(),
+                    specializations=spec.specializations,
+                    local_size=spec.local_size,
+                    baked_push=push,
+                )
+                futures.append((node, (key, push), fut))
+        return futures
 
     def _upload_weights(self, nodes: list[_Node]) -> None:
         dtype = np.float16 if self.storage_fp16 else np.float32
@@ -446,6 +511,7 @@ class Net:
                 buf.release()
             node.weight_buffers = {}
             node.pipelines = {}
+            node.baked = {}
         self.loaded = False
 
     def close(self) -> None:

@@ -74,9 +74,13 @@ class _Context:
         push: bytes,
         groups: tuple[int, int, int],
     ) -> None:
-        artifact = self._node.pipelines[pipeline]
         bufs = [b.buffer if isinstance(b, GpuBlob) else b for b in buffers]
-        self._rec.dispatch(artifact, bufs, push, groups)
+        baked = self._node.baked.get((pipeline, bytes(push))) if self._node.baked else None
+        if baked is not None:  # these exact push constants are the pipeline's constants
+            self._rec.dispatch(baked, bufs, b"", groups)
+            self._plan.baked_dispatches += 1
+            return
+        self._rec.dispatch(self._node.pipelines[pipeline], bufs, push, groups)
 
     def weight(self, name: str) -> Buffer:
         return self._node.weight_buffers[name]
@@ -103,6 +107,8 @@ class Plan:
         self.target = target
         self.input_shapes = dict(input_shapes)
         self.owned: list[Buffer] = []
+        #: Dispatches recorded with a shape-baked pipeline (``Option.use_shape_hints``).
+        self.baked_dispatches = 0
         self.arena: Buffer | None = None
         self.peak_bytes = 0
         self.sum_blob_bytes = 0
@@ -327,6 +333,7 @@ class Plan:
             "cpu_layers": self.cpu_layer_count,
             "peak_blob_bytes": self.peak_bytes,
             "sum_blob_bytes": self.sum_blob_bytes,
+            "baked_dispatches": self.baked_dispatches,
         }
 
 

@@ -7,6 +7,7 @@ of each source is part of its SPIR-V cache key, so an edited shader never reuses
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +29,64 @@ def source_hash(source: str) -> int:
     return int.from_bytes(digest, "little") or 1
 
 
+#: Suffix of a shader's shape-baked variant: push constants become specialization constants.
+SHAPES_SUFFIX = "@shapes"
+#: Specialization id of push member i in a shape variant (4 bytes at push offset 4 * i).
+BAKED_PUSH_BASE_ID = 100
+
+_PUSH_BLOCK = re.compile(
+    r"layout\s*\(\s*push_constant\s*\)\s*uniform\s+\w+\s*\{(?P<body>[^}]*)\}\s*p\s*;"
+)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_MEMBER = re.compile(r"(int|float)\s+(\w+)")
+_PUSH_USE = re.compile(r"\bp\.(\w+)\b")
+
+
 @dataclass(frozen=True)
 class BuiltinShader:
     name: str
     source: str
     source_hash: int
+
+
+def shape_variant_source(source: str) -> str | None:
+    """The source with ``p.<member>`` push constants turned into specialization constants.
+
+    Member i becomes ``layout(constant_id = 100 + i) const <type> avk_p_<member>``, so the
+    pipeline's constant data can be the push bytes themselves. None when the shader has no
+    ``... } p;`` push block, or one whose members are not all int/float scalars.
+    """
+    blocks = list(_PUSH_BLOCK.finditer(source))
+    if len(blocks) != 1:
+        return None
+    block = blocks[0]
+    members: list[tuple[str, str]] = []
+    for decl in _COMMENT.sub(" ", block.group("body")).split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        for part in decl.split(","):  # "int w, h" declares two members of one type
+            part = part.strip()
+            match = _MEMBER.fullmatch(part)
+            if match is None and members and re.fullmatch(r"\w+", part):
+                match = _MEMBER.fullmatch(f"{members[-1][0]} {part}")
+            if match is None:
+                return None  # a vector, array or other non-scalar member
+            members.append((match.group(1), match.group(2)))
+    if not members:
+        return None
+    names = {name for _, name in members}
+    body = source[: block.start()] + "\0" + source[block.end() :]
+    if any(m.group(1) not in names for m in _PUSH_USE.finditer(body)):
+        return None
+    decls = " ".join(
+        f"layout(constant_id = {BAKED_PUSH_BASE_ID + i}) const {kind} avk_p_{name} = "
+        f"{'0' if kind == 'int' else '0.0'};"
+        for i, (kind, name) in enumerate(members)
+    )
+    decls += "\n" * block.group(0).count("\n")  # keep later line numbers as written
+    body = _PUSH_USE.sub(lambda m: f"avk_p_{m.group(1)}", body)
+    return body.replace("\0", decls, 1)
 
 
 class ShaderRegistry:
@@ -42,6 +96,7 @@ class ShaderRegistry:
         self.directory = directory or shader_dir()
         self._lock = threading.Lock()
         self._shaders: dict[str, BuiltinShader] | None = None
+        self._variants: dict[str, BuiltinShader | None] = {}
 
     def _load(self) -> dict[str, BuiltinShader]:
         if self._shaders is None:
@@ -70,20 +125,48 @@ class ShaderRegistry:
                 out.append(line)
         return "\n".join(out)
 
+    def _variant(self, name: str) -> BuiltinShader | None:
+        """The ``<name>@shapes`` variant, derived once (None when the shader has none)."""
+        with self._lock:
+            if name in self._variants:
+                return self._variants[name]
+        base = self._load().get(name.removesuffix(SHAPES_SUFFIX))
+        variant = None
+        if base is not None and name.endswith(SHAPES_SUFFIX):
+            text = shape_variant_source(base.source)
+            if text is not None:
+                variant = BuiltinShader(name, text, source_hash(text))
+        with self._lock:
+            self._variants[name] = variant
+        return variant
+
     def get(self, name: str) -> BuiltinShader:
-        try:
-            return self._load()[name]
-        except KeyError:
-            raise KeyError(f"no builtin shader named {name!r} in {self.directory}") from None
+        found = self._load().get(name) or self._variant(name)
+        if found is None:
+            raise KeyError(f"no builtin shader named {name!r} in {self.directory}")
+        return found
+
+    def shape_variant(self, name: str) -> str | None:
+        """The name of ``name``'s shape-baked variant, or None when it cannot have one."""
+        variant = f"{name}{SHAPES_SUFFIX}"
+        return variant if self._variant(variant) is not None else None
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._load())
 
     def source_hashes(self) -> dict[str, int]:
-        return {name: s.source_hash for name, s in self._load().items()}
+        """Every shader's source hash, shape variants included (cache files may hold them)."""
+        hashes = {name: s.source_hash for name, s in self._load().items()}
+        for name in list(hashes):
+            variant = self._variant(f"{name}{SHAPES_SUFFIX}")
+            if variant is not None:
+                hashes[variant.name] = variant.source_hash
+        return hashes
 
     def __contains__(self, name: object) -> bool:
-        return name in self._load()
+        if not isinstance(name, str):
+            return False
+        return name in self._load() or self._variant(name) is not None
 
 
 _default: ShaderRegistry | None = None
