@@ -28,6 +28,7 @@ class RunConfig:
     compile_threads: int | None = None
     read_only: bool = False
     must_hit: bool = False
+    shape_hints: bool = False
     progress: Callable[[int, int], None] | None = None
 
 
@@ -52,6 +53,7 @@ async def open_net(config: RunConfig) -> OpenNet:
         vulkan_device=config.device,
         use_fp16_storage=config.fp16,
         use_fp16_arithmetic=False,
+        use_shape_hints=config.shape_hints,
         num_compile_threads=config.compile_threads,
     )
     report["cache_loaded"] = False
@@ -105,6 +107,7 @@ def cache_counters(opened: OpenNet) -> dict[str, Any]:
     stats = opened.net.load_stats
     out: dict[str, Any] = {
         "pipelines_requested": stats.pipelines_requested,
+        "shape_baked_pipelines": stats.shape_baked_pipelines,
         "gpu_layers": stats.gpu_layers,
         "cpu_layers": stats.cpu_layers,
     }

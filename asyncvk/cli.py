@@ -104,6 +104,7 @@ def _config(args: argparse.Namespace) -> Any:
         fp16=getattr(args, "fp16", False),
         compile_threads=getattr(args, "compile_threads", None),
         must_hit=getattr(args, "must_hit", False),
+        shape_hints=getattr(args, "shape_hints", False),
         progress=_ProgressBar("loading") if not args.json else None,
     )
 
@@ -428,6 +429,11 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
     p.add_argument("--cpu", action="store_true", help="run on the CPU (numpy) path")
     p.add_argument("--fp16", action="store_true", help="fp16 storage where supported")
     p.add_argument("--compile-threads", type=int, default=None)
+    p.add_argument(
+        "--shape-hints",
+        action="store_true",
+        help="bake the .param's shape hints (id 30, see 'asyncvk shapehint') into pipelines",
+    )
     p.add_argument(
         "--must-hit", action="store_true", help="fail instead of compiling any shader cold"
     )

@@ -265,3 +265,19 @@ async def test_hints_are_ignored_without_the_option(device: VulkanDevice, tmp_pa
     y1, created1, baked, dispatches = await infer(param, model, x, hints=False)
     np.testing.assert_array_equal(y1, y0)
     assert (created1, baked, dispatches) == (created0, 0, 0)
+
+
+def test_bench_with_shape_hints_reports_baked_pipelines(tmp_path: Path) -> None:
+    m = MODELS / "cunet"
+    hinted = hinted_param("cunet", (3, 44, 44), tmp_path / "h.param")
+    reports = []
+    for flags in ([], ["--shape-hints"]):
+        proc = cli(
+            "bench", str(hinted), str(m / "model.bin"), "--shape", "in0=3,44,44", "--loops", "1",
+            "--json", *flags,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        reports.append(json.loads(proc.stdout))
+    plain, baked = reports
+    assert plain["shape_baked_pipelines"] == 0 < baked["shape_baked_pipelines"]
+    assert baked["pipelines_created"] > plain["pipelines_created"]
