@@ -119,12 +119,18 @@ class Convolution(_ConvBase):
             return False
         return TILED_SHADER == "always" or self.info.is_cpu
 
-    def pipeline_specs(self) -> dict[str, PipelineSpec]:
-        specs = (*self._specs(), self.pad_value)
+    def _shader(self) -> tuple[str, int, int]:
+        """The shader, and the output columns and channels one invocation computes."""
         if self._tiled():
-            # the tiled shader has no group constant (id 6)
-            return {"conv": PipelineSpec("convolution_tiled", specs[:6] + specs[7:], _LOCAL_2D)}
-        return {"conv": PipelineSpec("convolution", specs, _LOCAL_2D)}
+            return ("convolution_tiled", _TILE_OX, _TILE_OC)
+        return ("convolution", 1, 1)
+
+    def pipeline_specs(self) -> dict[str, PipelineSpec]:
+        shader = self._shader()[0]
+        specs = (*self._specs(), self.pad_value)
+        if shader != "convolution":
+            specs = specs[:6] + specs[7:]  # only convolution.comp has the group constant (id 6)
+        return {"conv": PipelineSpec(shader, specs, _LOCAL_2D)}
 
     def _arrange(self, weight: np.ndarray) -> np.ndarray:
         if not self._tiled():
@@ -144,14 +150,8 @@ class Convolution(_ConvBase):
         oc, oh, ow = outputs[0].shape
         left, top = self._pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
-        if self._tiled():
-            groups = (
-                math.ceil(ow / (_TILE_OX * 8)),
-                math.ceil(oh / 8),
-                math.ceil(oc / _TILE_OC),
-            )
-        else:
-            groups = (math.ceil(ow / 8), math.ceil(oh / 8), oc)
+        _, cols, chans = self._shader()
+        groups = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
         ctx.dispatch(
             "conv", [inputs[0], outputs[0], ctx.weight("weight"), ctx.weight("bias")], push, groups
         )
@@ -165,33 +165,12 @@ class ConvolutionDepthWise(Convolution):
 
     depthwise = True
 
-    def _pure(self) -> bool:
+    def _shader(self) -> tuple[str, int, int]:
         maxk = self.kernel_w * self.kernel_h
-        size = self.params.get_int(6, 0)
-        return (
-            self.group > 1
-            and self.num_output == self.group
-            and size == self.num_output * maxk  # one input channel per group
-        )
-
-    def pipeline_specs(self) -> dict[str, PipelineSpec]:
-        if not self._pure():
-            return super().pipeline_specs()
-        specs = (*self._specs(), self.pad_value)
-        return {"conv": PipelineSpec("convolutiondepthwise", specs[:6] + specs[7:], _LOCAL_2D)}
-
-    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
-        if not self._pure():
-            super().record(ctx, inputs, outputs)
-            return
-        c, h, w = inputs[0].shape
-        oc, oh, ow = outputs[0].shape
-        left, top = self._pads(w, h)
-        push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
-        groups = (math.ceil(ow / (4 * 8)), math.ceil(oh / 8), oc)
-        ctx.dispatch(
-            "conv", [inputs[0], outputs[0], ctx.weight("weight"), ctx.weight("bias")], push, groups
-        )
+        one_input_per_group = self.params.get_int(6, 0) == self.num_output * maxk
+        if self.group > 1 and self.num_output == self.group and one_input_per_group:
+            return ("convolutiondepthwise", 4, 1)
+        return super()._shader()
 
 
 @register("Deconvolution")
