@@ -31,6 +31,7 @@ from ._errors import (
     VulkanError as VulkanError,
 )
 from ._version import __version__ as __version__
+from .cache import BuildRecord as BuildRecord
 from .cache import CacheStatistics as CacheStatistics
 from .cache import PipelineCache as PipelineCache
 from .cache._file_format import CacheLoadResult as CacheLoadResult
@@ -47,6 +48,7 @@ from .shader import ShaderOptions as ShaderOptions
 
 __all__ = (
     "AsyncVkError",
+    "BuildRecord",
     "CacheLoadResult",
     "CacheStatistics",
     "Extractor",

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import numpy as np
 
 from .cache._pipeline_cache import PipelineCache
@@ -43,9 +44,13 @@ class OpenNet:
 async def open_net(config: RunConfig) -> OpenNet:
     """Load param and model, with the cache file or folder loaded first when given."""
     from .gpu import get_gpu_count, get_gpu_device
+    from .shader import prepare_compiler
 
     report: dict[str, Any] = {"param": config.param, "model": config.model}
     start = time.perf_counter()
+    cache_file_exists = bool(config.cache_file) and await anyio.Path(config.cache_file).exists()
+    if not config.cpu and not cache_file_exists:
+        prepare_compiler()  # cold: the compiler's set-up overlaps the driver's
     use_gpu = not config.cpu and get_gpu_count() > 0
     cache: PipelineCache | None = None
     opt = Option(

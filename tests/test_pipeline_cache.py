@@ -321,3 +321,22 @@ def test_repr_and_statistics(device: VulkanDevice) -> None:
         assert repr(cache) == (
             "<PipelineCache [entries: 1, in-flight: 0 | hits: 1, created: 1, spirv compiled: 1]>"
         )
+
+
+async def test_build_log_records_each_build_once_in_order(device: VulkanDevice) -> None:
+    spirv = compile_glsl(RAW)
+    with PipelineCache(device) as cache:
+        await asyncio.gather(
+            cache.get_pipeline("scale_add", specializations=(1.0, 0)),
+            cache.get_pipeline("scale_add", specializations=(1.0, 0)),
+            cache.get_pipeline("scale_add", specializations=(2.0, 0)),
+        )
+        await cache.get_pipeline_spirv(spirv, specializations=(2.0,))
+        log = cache.build_log()
+    assert [r.name for r in log] == ["scale_add", "scale_add", "spirv"]
+    for r in log:
+        assert r.requested <= r.started <= r.finished
+        assert 0 < r.create_seconds <= r.finished - r.started
+    # One of the two scale_add builds compiled the GLSL; the raw SPIR-V compiled nothing.
+    assert max(r.spirv_seconds for r in log[:2]) > 0
+    assert log[2].spirv_seconds == 0

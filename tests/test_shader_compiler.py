@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +86,41 @@ def test_compile_releases_the_gil() -> None:
         thread.join()
     assert elapsed > 0.02, "the compile was too short to tell"
     assert during > 1000, f"only {during} increments during a {elapsed:.3f}s compile"
+
+
+PREPARE_CHILD = r"""
+import asyncio, sys
+import asyncvk.shader._compiler as compiler
+from asyncvk import Net, Option
+
+param = sys.argv[1]
+async def main():
+    net = Net(Option(use_vulkan_compute=False))
+    await net.load_param(param)
+    print("cpu-only net started a warm-up:", compiler._warm_up is not None)
+    net = Net(Option())
+    await net.load_param(param)
+    first = compiler._warm_up
+    compiler.prepare_compiler()
+    print("one thread:", first is not None and compiler._warm_up is first)
+    first.join(60)
+    print("finished:", not first.is_alive())
+asyncio.run(main())
+"""
+
+
+def test_load_param_warms_the_compiler_once_and_only_for_vulkan(tmp_path: Path) -> None:
+    # A fresh interpreter: the warm-up is once per process.
+    param = tmp_path / "tiny.param"
+    param.write_text("7767517\n2 2\nInput in0 0 1 in0\nReLU relu 1 1 in0 out0\n")
+    out = subprocess.run(
+        [sys.executable, "-c", PREPARE_CHILD, str(param)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "cpu-only net started a warm-up: False",
+        "one thread: True",
+        "finished: True",
+    ]
+    # and a compile after the warm-up still works
+    assert compile_glsl(GOOD, defines={"VALUE": "1.0"})[:4] == bytes.fromhex("03022307")

@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -78,6 +79,25 @@ class CacheStatistics:
     in_flight: int = 0
 
 
+@dataclass(frozen=True)
+class BuildRecord:
+    """When one pipeline build ran, on the ``time.perf_counter`` clock: where a cold load goes.
+
+    ``requested`` is when a caller asked, ``started`` when a worker thread took it (the gap
+    is queueing), ``spirv_seconds`` getting the SPIR-V (its GLSL compile, or waiting for
+    another build compiling the same shader; about 0 when cached), and ``create_seconds`` the
+    driver's ``vkCreateComputePipelines`` plus module and layout creation.
+    """
+
+    name: str
+    requested: float
+    started: float
+    finished: float
+    spirv_seconds: float
+    create_seconds: float
+    driver_cache_hit: bool | None
+
+
 class _SingleFlight:
     """A map of keys to shared futures: one producer per key, any number of waiters."""
 
@@ -128,6 +148,7 @@ class PipelineCache:
         self.saved_generation = 0
         self.last_load: CacheLoadResult | None = None
         self.closed = False
+        self._builds: deque[BuildRecord] = deque(maxlen=4096)
 
     # -- driver VkPipelineCache -------------------------------------------------------------
 
@@ -201,6 +222,11 @@ class PipelineCache:
             k: float(v) if k.endswith("_seconds") else int(v) for k, v in values.items()
         }
         return CacheStatistics(**typed)
+
+    def build_log(self) -> list[BuildRecord]:
+        """The most recent pipeline builds (up to 4096), oldest first."""
+        with self._lock:
+            return list(self._builds)
 
     def __repr__(self) -> str:
         s = self.statistics()
@@ -324,6 +350,21 @@ class PipelineCache:
 
     # -- pipelines ---------------------------------------------------------------------------
 
+    def _log_build(
+        self, artifact: PipelineArtifact, requested: float, started: float, spirv_seconds: float
+    ) -> None:
+        record = BuildRecord(
+            artifact.name,
+            requested,
+            started,
+            time.perf_counter(),
+            spirv_seconds,
+            artifact.create_seconds,
+            artifact.driver_cache_hit,
+        )
+        with self._lock:
+            self._builds.append(record)
+
     def _finish(self, digest: bytes | None, artifact: PipelineArtifact) -> PipelineArtifact:
         with self._lock:
             if self.closed:
@@ -408,9 +449,13 @@ class PipelineCache:
         digest = builtin_digest(shader, options.bits, local_size, subgroup_size, specs, baked)
         self.registry.get(shader)  # unknown names fail here, in the caller
 
+        requested = time.perf_counter()
+
         def build() -> PipelineArtifact:
+            started = time.perf_counter()
             spirv, info = self._builtin_spirv(shader, options)
-            return create_pipeline(
+            spirv_done = time.perf_counter()
+            artifact = create_pipeline(
                 self.device,
                 spirv,
                 info,
@@ -421,6 +466,8 @@ class PipelineCache:
                 name=shader,
                 baked_push=baked,
             )
+            self._log_build(artifact, requested, started, spirv_done - started)
+            return artifact
 
         return self._request(digest, build)
 
@@ -437,9 +484,12 @@ class PipelineCache:
         specs = tuple(specializations)
         digest = spirv_digest(spirv, local_size, subgroup_size, specs)
 
+        requested = time.perf_counter()
+
         def build() -> PipelineArtifact:
+            started = time.perf_counter()
             info = reflect_spirv(spirv)
-            return create_pipeline(
+            artifact = create_pipeline(
                 self.device,
                 spirv,
                 info,
@@ -449,6 +499,8 @@ class PipelineCache:
                 pipeline_cache=self.vk_cache,
                 name=name,
             )
+            self._log_build(artifact, requested, started, 0.0)
+            return artifact
 
         return self._request(digest, build)
 

@@ -114,6 +114,7 @@ class Net:
     async def load_param(self, source: str | os.PathLike[str] | bytes | IO[Any]) -> None:
         """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
         start = time.perf_counter()
+        self._prepare_compiler()
         _import_layers()
         if not isinstance(source, (str, os.PathLike, bytes)):
             source = source.read()
@@ -335,6 +336,17 @@ class Net:
                 ) from exc
         reader.current_layer = None
         reader.check_end()
+
+    def _prepare_compiler(self) -> None:
+        """Warm the GLSL compiler in the background, unless this load cannot need it."""
+        if self.opt.use_vulkan_compute is False:
+            return
+        cache = self.opt.pipeline_cache
+        if cache is not None and cache.statistics().spirv_entries:
+            return  # warm from a cache file: nothing to compile, most likely
+        from ..shader._compiler import prepare_compiler
+
+        prepare_compiler()
 
     def _setup_device(self) -> None:
         from ..gpu._device import get_gpu_device

@@ -3,6 +3,7 @@
 from ._compiler import OptimizationLevel as OptimizationLevel
 from ._compiler import TargetEnv as TargetEnv
 from ._compiler import compile_glsl as compile_glsl
+from ._compiler import prepare_compiler as prepare_compiler
 from ._options import ShaderOptions as ShaderOptions
 from ._reflect import Binding as Binding
 from ._reflect import ShaderInfo as ShaderInfo
@@ -19,5 +20,6 @@ __all__ = (
     "TargetEnv",
     "builtin_shaders",
     "compile_glsl",
+    "prepare_compiler",
     "reflect_spirv",
 )

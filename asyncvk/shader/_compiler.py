@@ -70,6 +70,31 @@ def _get_compiler() -> Any:
     return _compiler
 
 
+_WARM_UP_SOURCE = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {}\n"
+_warm_up: threading.Thread | None = None
+_warm_up_lock = threading.Lock()
+
+
+def prepare_compiler() -> None:
+    """Start the compiler's one-time set-up on a background thread; later calls do nothing.
+
+    A process's first compile takes about 80 ms whatever the shader (glslang parses its table of
+    built-in declarations once), and every concurrent compile waits for it. Started while the
+    device opens, it is off a cold load's critical path. The thread holds no GIL while compiling.
+    """
+    global _warm_up
+    with _warm_up_lock:
+        if _warm_up is not None:
+            return
+        _warm_up = threading.Thread(
+            target=compile_glsl,
+            args=(_WARM_UP_SOURCE, "warm_up.comp"),
+            name="asyncvk-compiler-warm-up",
+            daemon=True,
+        )
+        _warm_up.start()
+
+
 def compile_glsl(
     source: str,
     name: str = "shader.comp",
