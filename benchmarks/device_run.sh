@@ -12,6 +12,9 @@ export PYTHONPATH=$PWD:/tmp/site
 export __GL_SHADER_DISK_CACHE=0 MESA_SHADER_CACHE_DISABLE=true PYTHONUNBUFFERED=1
 ASYNCVK_SHADERC_PREFIX=$PWD/.shaderc python3 asyncvk/shader/_shaderc_build.py >"$OUT/build.log" 2>&1 \
   || { tail -20 "$OUT/build.log"; exit 1; }
+env | grep -E '^PYTHON' || true
+# what pip install does for users: byte-compile, so no process pays for compiling our sources
+python3 -m compileall -q asyncvk >/dev/null
 python3 -m asyncvk info --json >"$OUT/info.json" || exit 1
 head -c 600 "$OUT/info.json"; echo
 for what in "$@"; do
@@ -24,6 +27,8 @@ for what in "$@"; do
     tests) python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu.py tests/test_pipeline_cache.py 2>&1 | tail -5 ;;
     coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_h100.json" ;;
     gpusetup) python3 benchmarks/gpu_setup.py | tee "$OUT/gpu_setup_h100.json" ;;
+    features) python3 benchmarks/gpu_setup.py --features | tee "$OUT/gpu_setup_features_h100.json" | head -8 ;;
+    profile) python3 benchmarks/load_profile.py --runs 3 --glsl-opt 0 2 --out "$OUT/load_profile_h100.json" >/dev/null ;;
     *) echo "unknown step $what" ;;
   esac
 done

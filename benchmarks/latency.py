@@ -5,6 +5,10 @@
 Each model is loaded once per runtime, run three times to warm up, then timed over ``--loops``
 extractions (median, min, max in ms). asyncvk's shape-specialised plan is recorded on the first
 run and replayed after, which is what "warm" means here.
+
+Every runtime runs in its own fresh process: measured on the H100, asyncvk's MobileNetV2 took
+2.5 ms alone but 6.4-8.6 ms in a process where the ncnn wheel had run first, so sharing a process
+would measure the neighbour, not the runtime.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,6 +86,31 @@ async def asyncvk_latency(d: Path, loops: int, fp16: bool) -> dict[str, Any]:
     return result
 
 
+VARIANTS = ("ncnn", "asyncvk", "asyncvk_fp16", "asyncvk_tiled_conv")
+
+
+def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
+    """One runtime on one model, in this process (a child of ``main``)."""
+    if variant == "ncnn":
+        return ncnn_latency(d, loops)
+    if variant == "asyncvk_tiled_conv":
+        # the other convolution shader than this device type gets by default
+        convolution.TILED_SHADER = "never" if get_gpu_info().is_cpu else "always"
+    return asyncio.run(asyncvk_latency(d, loops, variant == "asyncvk_fp16"))
+
+
+def _in_child(variant: str, d: Path, loops: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", variant, "--models", d.name, "--loops", str(loops)],
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     names = sorted(p.name for p in MODELS.iterdir() if p.is_dir())
@@ -92,20 +122,23 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time asyncvk with the other convolution shader (tiled / one output each)",
     )
+    parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure_variant(args.child, MODELS / args.models, args.loops)))
+        return 0
     info = get_gpu_info()
+    variants = VARIANTS if args.compare_conv else VARIANTS[:3]
     rows = []
     for name in args.models.split(","):
         d = MODELS / name
-        row: dict[str, Any] = {"model": name, "ncnn": ncnn_latency(d, args.loops)}
-        row["asyncvk"] = asyncio.run(asyncvk_latency(d, args.loops, False))
-        row["asyncvk_fp16"] = asyncio.run(asyncvk_latency(d, args.loops, True))
-        if args.compare_conv:
-            other = "never" if info.is_cpu else "always"
-            convolution.TILED_SHADER = other
-            row[f"asyncvk_tiled_conv_{other}"] = asyncio.run(asyncvk_latency(d, args.loops, False))
-            convolution.TILED_SHADER = "cpu"
-        if "median_ms" in row["ncnn"]:
+        row: dict[str, Any] = {"model": name}
+        for variant in variants:
+            key = variant
+            if variant == "asyncvk_tiled_conv":
+                key = f"asyncvk_tiled_conv_{'never' if info.is_cpu else 'always'}"
+            row[key] = _in_child(variant, d, args.loops)
+        if "median_ms" in row["ncnn"] and "median_ms" in row["asyncvk"]:
             row["asyncvk_over_ncnn"] = round(
                 row["asyncvk"]["median_ms"] / row["ncnn"]["median_ms"], 2
             )
@@ -116,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "driver": f"{info.driver_name} {info.driver_info}",
         "cpu_count": os.cpu_count(),
         "loops": args.loops,
+        "processes": "one fresh process per runtime and model",
         "models": rows,
     }
     text = json.dumps(report, indent=2)
