@@ -193,15 +193,22 @@ class Net:
             self._create_vulkan_layers()
             gpu_nodes = [n for n in self.nodes if n.vulkan is not None]
             futures: list[tuple[_Node, Any, Any]] = []
+            # Layers repeat: RRDB's 709 requests are 6 pipelines. One request (and one await)
+            # per distinct spec; repr keeps 1, 1.0, True and -0.0 apart, as the digest does.
+            distinct: dict[tuple[Any, ...], Any] = {}
+            options = self.opt.shader_options()
             for node in gpu_nodes:
                 assert node.vulkan is not None
                 for key, spec in node.vulkan.pipeline_specs().items():
-                    fut = self.cache.request_builtin(
-                        spec.shader,
-                        options=self.opt.shader_options(),
-                        specializations=spec.specializations,
-                        local_size=spec.local_size,
-                    )
+                    same = (spec.shader, tuple(map(repr, spec.specializations)), spec.local_size)
+                    fut = distinct.get(same)
+                    if fut is None:
+                        fut = distinct[same] = self.cache.request_builtin(
+                            spec.shader,
+                            options=options,
+                            specializations=spec.specializations,
+                            local_size=spec.local_size,
+                        )
                     futures.append((node, key, fut))
             baked = self._request_shape_baked(gpu_nodes) if self.opt.use_shape_hints else []
             futures += baked
@@ -217,11 +224,15 @@ class Net:
                 done = total - len(pending_per_node)
                 if progress:
                     progress(done, total)
+                built: dict[int, Any] = {}
                 for node, key, fut in futures:
+                    artifact = built.get(id(fut))
+                    if artifact is None:
+                        artifact = built[id(fut)] = await await_shared(fut)
                     if isinstance(key, tuple):
-                        node.baked[key] = await await_shared(fut)
+                        node.baked[key] = artifact
                     else:
-                        node.pipelines[key] = await await_shared(fut)
+                        node.pipelines[key] = artifact
                     pending_per_node[node.index] -= 1
                     if pending_per_node[node.index] == 0:
                         done += 1
