@@ -21,6 +21,30 @@ ffi = _vk.ffi
 lib = _vk.lib
 
 _SETS_PER_POOL = 128
+_BARRIER_SRC_STAGES = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+_BARRIER_DST_STAGES = _BARRIER_SRC_STAGES | vk.VK_PIPELINE_STAGE_HOST_BIT
+_barrier: Any = None
+
+
+def _full_barrier() -> Any:
+    """One VkMemoryBarrier for every barrier (the driver only reads it): RRDB records 709."""
+    global _barrier
+    if _barrier is None:
+        _barrier = ffi.new(
+            "VkMemoryBarrier*",
+            {
+                "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+                "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT
+                | vk.VK_ACCESS_SHADER_WRITE_BIT
+                | vk.VK_ACCESS_TRANSFER_READ_BIT
+                | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+                | vk.VK_ACCESS_HOST_READ_BIT,
+            },
+        )
+    return _barrier
+
+
 _BINDINGS_PER_SET = 16
 
 
@@ -93,7 +117,7 @@ class CommandRecorder:
             lib.vkAllocateDescriptorSets(self.device.handle, info, out), "vkAllocateDescriptorSets"
         )
         self._sets_left -= 1
-        return out[0]
+        return out  # a VkDescriptorSet[1]: what vkCmdBindDescriptorSets takes
 
     def dispatch(
         self,
@@ -113,7 +137,8 @@ class CommandRecorder:
             )
         cb = self.command_buffer
         if buffers:
-            dset = self._descriptor_set(pipeline.set_layout)
+            sets = self._descriptor_set(pipeline.set_layout)
+            dset = sets[0]
             n = len(buffers)
             infos = ffi.new("VkDescriptorBufferInfo[]", n)
             for i, buf in enumerate(buffers):
@@ -134,7 +159,6 @@ class CommandRecorder:
                     w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
                     w.pBufferInfo = infos + i
                 lib.vkUpdateDescriptorSets(self.device.handle, n, writes, 0, ffi.NULL)
-            sets = ffi.new("VkDescriptorSet[1]", [dset])
             lib.vkCmdBindDescriptorSets(
                 cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL
             )
@@ -149,26 +173,13 @@ class CommandRecorder:
 
     def barrier(self) -> None:
         """Make every earlier shader or transfer write visible to every later read."""
-        barrier = ffi.new(
-            "VkMemoryBarrier*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                "srcAccessMask": vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
-                "dstAccessMask": vk.VK_ACCESS_SHADER_READ_BIT
-                | vk.VK_ACCESS_SHADER_WRITE_BIT
-                | vk.VK_ACCESS_TRANSFER_READ_BIT
-                | vk.VK_ACCESS_TRANSFER_WRITE_BIT
-                | vk.VK_ACCESS_HOST_READ_BIT,
-            },
-        )
-        stages = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
         lib.vkCmdPipelineBarrier(
             self.command_buffer,
-            stages,
-            stages | vk.VK_PIPELINE_STAGE_HOST_BIT,
+            _BARRIER_SRC_STAGES,
+            _BARRIER_DST_STAGES,
             0,
             1,
-            barrier,
+            _full_barrier(),
             0,
             ffi.NULL,
             0,
