@@ -46,6 +46,7 @@ async def main():
     t0 = time.perf_counter()
     ex = net.create_extractor(); ex.input("in0", x); await ex.extract("out0")
     infer = time.perf_counter() - t0
+    plan_build = sum(p.build_seconds for plans in net._plans.values() for p in plans)
     ttfr = time.perf_counter() - start
     lat = []
     for _ in range(10):
@@ -64,7 +65,7 @@ async def main():
         "ttfr_ms": 1e3 * ttfr, "gpu_setup_ms": 1e3 * opened.report.get("gpu_setup_s", 0),
         "load_param_ms": 1e3 * s.load_param_s, "load_model_ms": 1e3 * s.load_model_s,
         "read_weights_ms": 1e3 * s.read_weights_s, "pipelines_ms": 1e3 * s.pipelines_s,
-        "upload_ms": 1e3 * s.upload_s, "infer_ms": 1e3 * infer,
+        "upload_ms": 1e3 * s.upload_s, "infer_ms": 1e3 * infer, "plan_build_ms": 1e3 * plan_build,
         "latency_ms": 1e3 * statistics.median(lat),
         "critical_ms": max((b["end_ms"] for b in builds), default=0.0),
         "glsl_total_ms": sum(b["glsl_ms"] for b in builds),
@@ -123,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{model:13s} O{level} load_model {m['load_model_ms']:7.1f} ms "
                 f"(weights {m['read_weights_ms']:5.1f}, critical {m['critical_ms']:6.1f}, "
                 f"glsl {m['glsl_total_ms']:6.1f}, create {m['create_total_ms']:6.1f}) "
-                f"infer {m['infer_ms']:6.1f} latency {m['latency_ms']:6.2f} ms",
+                f"infer {m['infer_ms']:6.1f} (plan {m['plan_build_ms']:5.1f}) "
+                f"latency {m['latency_ms']:6.2f} ms",
                 file=sys.stderr,
             )
         results += row.values()

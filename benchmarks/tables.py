@@ -70,6 +70,38 @@ def latency() -> str:
     return "\n".join(rows)
 
 
+def load_profile(device: str) -> str:
+    data = _load(f"load_profile_{device}.json")
+    if data is None:
+        return ""
+    rows = [
+        "| model | load_model cold | reading weights | last pipeline ready | its GLSL / driver "
+        "| pipelines | -O0: load_model / warm latency | -O2: warm latency |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by_level: dict[str, dict[int, Any]] = {}
+    for m in data["models"]:
+        by_level.setdefault(m["model"], {})[m["glsl_opt"]] = m
+    for name, levels in by_level.items():
+        o2, o0 = levels.get(2), levels.get(0)
+        if o2 is None:
+            continue
+        med = o2["median"]
+        last = max(o2["builds"], key=lambda b: b["end_ms"])
+        zero = (
+            f"{o0['median']['load_model_ms']:.0f} ms / {o0['median']['latency_ms']:.2f} ms"
+            if o0
+            else "-"
+        )
+        rows.append(
+            f"| {name} | {med['load_model_ms']:.0f} ms | {med['read_weights_ms']:.0f} ms "
+            f"| {med['critical_ms']:.0f} ms | {last['glsl_ms']:.0f} / {last['create_ms']:.0f} ms "
+            f"| {len(o2['builds'])} | {zero} | {med['latency_ms']:.2f} ms |"
+        )
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
     print("H100\n\n" + cold_start("h100") + "\n\nlavapipe\n\n" + cold_start("lavapipe"))
     print("\n" + latency())
+    print("\n" + load_profile("h100"))

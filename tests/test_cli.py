@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+from cli_runner import cli
 
 M = Path(__file__).parent / "models" / "cunet"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "asyncvk", *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=300,
-    )
 
 
 def test_run_reports_the_fields_and_writes_outputs(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The tree stays ruff clean (lint and format), so CI enforces what the guide asks."""
+"""The tree stays ruff clean (lint and format) and the package type-checks, as CI enforces."""
 
 from __future__ import annotations
 
@@ -16,4 +16,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_ruff(args: list[str]) -> None:
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     proc = subprocess.run([ruff, *args, str(ROOT)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_on_the_package() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", str(ROOT / "asyncvk")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import cli
 
 from asyncvk.cache import PipelineCache
 from asyncvk.cache._digest import builtin_digest
@@ -25,16 +23,6 @@ from asyncvk.shader._registry import builtin_shaders, shape_variant_source
 
 MODELS = Path(__file__).parent / "models"
 _HINT_TOKEN = re.compile(r" -23330=\S+")
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "asyncvk", *args],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-        timeout=120,
-    )
 
 
 def hinted_param(model: str, shape: tuple[int, ...], out: Path) -> Path:

@@ -333,7 +333,7 @@ class PipelineCache:
                 self._spirv_flight.running[key] = running
         assert running is not None
         if not mine:
-            return running.result()  # type: ignore[no-any-return]
+            return running.result()
         try:
             with self._lock:
                 found = lookup()

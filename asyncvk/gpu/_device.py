@@ -145,11 +145,11 @@ class VulkanDevice:
         data = np.ascontiguousarray(array)
         buf = self.allocate(max(data.nbytes, 4))
         if buf.host_visible:
-            buf.view()[: data.nbytes] = data.reshape(-1).view(np.uint8)
+            buf.view()[: data.nbytes] = data.reshape(-1).view(np.uint8).data
             return buf
         staging = self.allocate(data.nbytes, MemoryKind.STAGING)
         try:
-            staging.view()[: data.nbytes] = data.reshape(-1).view(np.uint8)
+            staging.view()[: data.nbytes] = data.reshape(-1).view(np.uint8).data
             rec = CommandRecorder(self, one_time=True)
             try:
                 rec.copy(staging, buf, data.nbytes)

@@ -11,6 +11,7 @@ keeps a small pool per shape for concurrent extractions.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -118,11 +119,14 @@ class Plan:
         self._staging: dict[int, Buffer] = {}
         self._readback: dict[int, Buffer] = {}
         self.dtype = np.dtype(np.float16 if net.storage_fp16 else np.float32)
+        start = time.perf_counter()
         try:
             self._build()
         except BaseException:
             self.release()
             raise
+        #: Shape inference, memory planning and command recording: the first run's extra cost.
+        self.build_seconds = time.perf_counter() - start
 
     # -- planning ----------------------------------------------------------------------------
 
@@ -276,7 +280,7 @@ class Plan:
     def _write(self, storage: int, array: np.ndarray) -> None:
         data = np.ascontiguousarray(array, dtype=self.dtype).reshape(-1).view(np.uint8)
         target = self._staging.get(storage) or self._views[storage]
-        target.view()[: data.nbytes] = data
+        target.view()[: data.nbytes] = data.data
 
     def _read(self, blob: int) -> np.ndarray:
         shape = self.shapes[blob]

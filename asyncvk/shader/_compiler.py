@@ -15,7 +15,7 @@ from typing import Any
 from .._errors import ShaderCompileError
 
 try:
-    from . import _shaderc_cffi
+    from . import _shaderc_cffi  # type: ignore[attr-defined]  # built at install time
 except ImportError as exc:  # pragma: no cover - a broken install
     raise ImportError(
         "asyncvk's shaderc extension is missing: reinstall asyncvk with libshaderc-dev, "

@@ -227,7 +227,7 @@ class GELU(_Elementwise):
             inner = np.float32(0.79788452) * (x + np.float32(0.044715) * x * x * x)
             return half * x * (np.float32(1) + np.tanh(inner))
         arg = (np.float32(-0.70710678) * x).astype(np.float64)
-        return half * x * _erfc(arg).astype(np.float32)
+        return half * x * np.asarray(_erfc(arg), dtype=np.float32)
 
 
 def _sign(x: np.ndarray) -> np.ndarray:

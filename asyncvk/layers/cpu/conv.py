@@ -202,9 +202,9 @@ class _ConvBase(_ConvParams):
             self.stride_h, self.stride_w, outh, outw,
         )  # fmt: skip
         g = self.group
-        cols = cols.reshape(g, inch_g * self.maxk, outh * outw)
-        wmat = self.weight.reshape(g, self.num_output // g, inch_g * self.maxk)
-        out = np.matmul(wmat, cols).reshape(self.num_output, outh, outw)
+        grouped = cols.reshape(g, inch_g * self.maxk, outh * outw)
+        wgroups = self.weight.reshape(g, self.num_output // g, inch_g * self.maxk)
+        out = np.matmul(wgroups, grouped).reshape(self.num_output, outh, outw)
         return [self._finish(out)]
 
 

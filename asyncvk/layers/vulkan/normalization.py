@@ -59,7 +59,7 @@ class BatchNorm(_ChannelAffine):
 class Scale(_ChannelAffine):
     def setup(self) -> None:
         self.scale_data_size = self.params.get_int(0, 0)
-        self.has_bias = self.params.get_int(1, 0)  # type: ignore[misc]
+        self.has_bias = self.params.get_int(1, 0)
 
     def supports(self, input_shapes: list[tuple[int, ...]]) -> bool:  # type: ignore[override]
         return self.scale_data_size != -233 and len(input_shapes) == 1
