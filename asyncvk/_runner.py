@@ -3,9 +3,6 @@ the user asked for, time each phase, and report in one JSON-ready dict."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,66 +41,31 @@ class OpenNet:
     config: RunConfig
 
 
-#: Open the device on a worker thread while the event loop's thread parses the param file.
-OVERLAP_DEVICE_OPEN = True
-#: While both run, the parser hands the GIL back this often (the default is 5 ms): the device
-#: thread makes many short driver calls, and each must win the GIL back to return.
-_OVERLAP_SWITCH_INTERVAL_S = 0.0002
-
-
 async def open_net(config: RunConfig) -> OpenNet:
     """Load param and model, with the cache file or folder loaded first when given."""
     from .gpu import get_gpu_count, get_gpu_device
-    from .gpu._device import VulkanDevice
     from .shader import prepare_compiler
 
     report: dict[str, Any] = {"param": config.param, "model": config.model}
     start = time.perf_counter()
-    # one stat, before any other I/O: cheaper than a thread hop
-    cache_file = config.cache_file
-    cache_file_exists = cache_file is not None and os.path.exists(cache_file)  # noqa: ASYNC240
+    cache_file_exists = bool(config.cache_file) and await anyio.Path(config.cache_file).exists()
     if not config.cpu and not cache_file_exists:
         prepare_compiler()  # cold: the compiler's set-up overlaps the driver's
-
-    def open_device() -> tuple[VulkanDevice | None, float]:
-        t0 = time.perf_counter()
-        if config.cpu or get_gpu_count() == 0:
-            return None, time.perf_counter() - t0
-        return get_gpu_device(config.device), time.perf_counter() - t0
-
+    use_gpu = not config.cpu and get_gpu_count() > 0
+    cache: PipelineCache | None = None
     opt = Option(
-        use_vulkan_compute=False,  # until the device is open; no compiler warm-up from the Net
+        use_vulkan_compute=use_gpu,
         vulkan_device=config.device,
         use_fp16_storage=config.fp16,
         use_fp16_arithmetic=False,
         use_shape_hints=config.shape_hints,
         num_compile_threads=config.compile_threads,
     )
-    net = Net(opt)
-    if OVERLAP_DEVICE_OPEN and not config.cpu:
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(interval, _OVERLAP_SWITCH_INTERVAL_S))
-        try:
-            opening = asyncio.ensure_future(anyio.to_thread.run_sync(open_device))
-            t0 = time.perf_counter()
-            try:
-                await net.load_param(config.param)
-                report["load_param_s"] = time.perf_counter() - t0
-            finally:
-                device, setup_s = await opening
-        finally:
-            sys.setswitchinterval(interval)
-    else:
-        device, setup_s = open_device()
-        t0 = time.perf_counter()
-        await net.load_param(config.param)
-        report["load_param_s"] = time.perf_counter() - t0
-    cache: PipelineCache | None = None
-    opt.use_vulkan_compute = device is not None
     report["cache_loaded"] = False
     report["cache_reason"] = "no cache requested"
-    if device is not None:
-        report["gpu_setup_s"] = setup_s
+    if use_gpu:
+        device = get_gpu_device(config.device)
+        report["gpu_setup_s"] = time.perf_counter() - start
         info = device.info
         report["device"] = {
             "name": info.device_name,
@@ -131,6 +93,10 @@ async def open_net(config: RunConfig) -> OpenNet:
             opt.graph_key = config.graph_key
     else:
         report["device"] = {"name": "cpu (numpy)", "driver": "", "type": "cpu"}
+    net = Net(opt)
+    t0 = time.perf_counter()
+    await net.load_param(config.param)
+    report["load_param_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     await net.load_model(config.model, progress=config.progress)
     report["load_model_s"] = time.perf_counter() - t0

@@ -12,8 +12,6 @@ For each test model, each number is the median over ``--runs`` fresh processes:
 Time to first result = GPU/instance setup + load_param + load_model + first inference, measured
 inside the process (interpreter start-up and imports are reported apart as ``process_s``).
 Driver disk caches are disabled (MESA_SHADER_CACHE_DISABLE, __GL_SHADER_DISK_CACHE=0).
-asyncvk opens the device while it parses the param file (``asyncvk._runner``);
-``--sequential-open`` opens it first instead, to measure what the overlap is worth.
 """
 
 from __future__ import annotations
@@ -58,9 +56,7 @@ t0 = time.perf_counter()
 import numpy as np
 from asyncvk._runner import RunConfig, open_net, close_net, cache_counters
 t_import = time.perf_counter()
-param, model, inp, cache, mode, open_order = sys.argv[1:7]
-import asyncvk._runner
-asyncvk._runner.OVERLAP_DEVICE_OPEN = open_order == "overlap"
+param, model, inp, cache, mode = sys.argv[1:6]
 
 async def once(cfg):
     start = time.perf_counter()
@@ -123,7 +119,7 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
     return round(statistics.median(values), 4) if values else None
 
 
-def measure(name: str, runs: int, ncnn: bool, open_order: str = "overlap") -> dict[str, Any]:
+def measure(name: str, runs: int, ncnn: bool) -> dict[str, Any]:
     d = MODELS / name
     args = [str(d / "model.param"), str(d / "model.bin"), str(d / "input.npy")]
     out: dict[str, Any] = {"model": name}
@@ -138,11 +134,9 @@ def measure(name: str, runs: int, ncnn: bool, open_order: str = "overlap") -> di
             results["ncnn_cold"].append(_child(NCNN_CHILD, args))
         with tempfile.TemporaryDirectory() as tmp:
             cache = str(Path(tmp) / "model.vkcache")
-            for label, mode in (("asyncvk_cold", "cold"), ("asyncvk_warm_file", "file")):
-                results[label].append(_child(ASYNCVK_CHILD, [*args, cache, mode, open_order]))
-        results["asyncvk_warm_process"].append(
-            _child(ASYNCVK_CHILD, [*args, "-", "process", open_order])
-        )
+            results["asyncvk_cold"].append(_child(ASYNCVK_CHILD, [*args, cache, "cold"]))
+            results["asyncvk_warm_file"].append(_child(ASYNCVK_CHILD, [*args, cache, "file"]))
+        results["asyncvk_warm_process"].append(_child(ASYNCVK_CHILD, [*args, "-", "process"]))
     for label, rs in results.items():
         if not rs:
             continue
@@ -190,11 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-ncnn", action="store_true")
-    parser.add_argument(
-        "--sequential-open",
-        action="store_true",
-        help="open the device before parsing the param file, not while (for comparison)",
-    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     try:
@@ -212,11 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "runs": args.runs,
         "ncnn": have_ncnn,
-        "device_open": "sequential" if args.sequential_open else "overlapped with load_param",
-        "models": [
-            measure(m, args.runs, have_ncnn, "sequential" if args.sequential_open else "overlap")
-            for m in args.models.split(",")
-        ],
+        "models": [measure(m, args.runs, have_ncnn) for m in args.models.split(",")],
     }
     text = json.dumps(report, indent=2)
     if args.out:
