@@ -140,11 +140,9 @@ class CommandRecorder:
             sets = self._descriptor_set(pipeline.set_layout)
             dset = sets[0]
             n = len(buffers)
-            infos = ffi.new("VkDescriptorBufferInfo[]", n)
-            for i, buf in enumerate(buffers):
-                infos[i].buffer = buf.vk_buffer
-                infos[i].offset = buf.offset
-                infos[i].range = buf.size
+            infos = ffi.new(
+                "VkDescriptorBufferInfo[]", [(b.vk_buffer, b.offset, b.size) for b in buffers]
+            )
             template = getattr(pipeline, "update_template", None)
             if template is not None:
                 lib.vkUpdateDescriptorSetWithTemplate(self.device.handle, dset, template, infos)

@@ -11,6 +11,7 @@ keeps a small pool per shape for concurrent extractions.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -150,7 +151,7 @@ class Plan:
                     f"{in_shapes}: {exc}"
                 ) from exc
             for t, s in zip(node.tops, out_shapes, strict=True):
-                shapes[t] = tuple(int(x) for x in s)
+                shapes[t] = tuple(map(int, s))
             on_gpu[node.index] = node.vulkan is not None and node.vulkan.supports(in_shapes)
         self.shapes = shapes
         run = [n for n in nodes if n.index in on_gpu]
@@ -210,10 +211,12 @@ class Plan:
         for node in run:
             p = position[node.index]
             for b in node.bottoms + node.tops:
-                st = storages.get(storage_of(b))
+                st = storages.get(root.get(b, b))
                 if st is not None:
-                    st.first = min(st.first, p)
-                    st.last = max(st.last, p)
+                    if p < st.first:
+                        st.first = p
+                    if p > st.last:
+                        st.last = p
         for step in steps:
             if not isinstance(step, _Segment):
                 continue
@@ -239,7 +242,7 @@ class Plan:
                 step.recorder = self._record(step, host_visible)
 
     def _nbytes(self, shape: Shape) -> int:
-        return max(4, int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize)
+        return max(4, math.prod(shape) * self.dtype.itemsize)
 
     def _record(self, segment: _Segment, host_visible: bool) -> CommandRecorder:
         device = self.net.device
