@@ -26,9 +26,10 @@ for what in "$@"; do
     threads) python3 benchmarks/compile_threads.py --runs 3 --out "$OUT/compile_threads_h100.json" 2>&1 | grep '^{"model"' | cut -c1-400 ;;
     tests) python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu.py tests/test_pipeline_cache.py 2>&1 | tail -5 ;;
     coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_h100.json" ;;
+    shapehints) python3 benchmarks/shape_hints.py --out "$OUT/shape_hints_h100.json" 2>&1 | tail -3 ;;
     gpusetup) python3 benchmarks/gpu_setup.py | tee "$OUT/gpu_setup_h100.json" ;;
     features) python3 benchmarks/gpu_setup.py --features | tee "$OUT/gpu_setup_features_h100.json" | head -8 ;;
-    profile) python3 benchmarks/load_profile.py --runs 3 --glsl-opt 0 2 --out "$OUT/load_profile_h100.json" >/dev/null ;;
+    profile) python3 benchmarks/load_profile.py --runs 3 --glsl-opt 2 --out "$OUT/load_profile_h100.json" >/dev/null ;;
     *) echo "unknown step $what" ;;
   esac
 done
