@@ -46,6 +46,26 @@ def cold_start(device: str) -> str:
     return "\n".join(rows)
 
 
+def warm_budget(device: str = "h100") -> str:
+    """The 30x goal against what the driver alone takes before any asyncvk work."""
+    data = _load(f"cold_start_{device}.json")
+    if data is None:
+        return ""
+    rows = [
+        "| model | ncnn cold | 30x budget | asyncvk warm file | of which GPU setup "
+        "| load_param + load_model + first inference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in data["models"]:
+        n, w = m["ncnn_cold"]["ttfr_s"], m["asyncvk_warm_file"]
+        rest = w["load_param_s"] + w["load_model_s"] + w["infer_s"]
+        rows.append(
+            f"| {m['model']} | {n:.2f} s | {n / 30 * 1000:.0f} ms | {w['ttfr_s'] * 1000:.0f} ms "
+            f"| {w['gpu_setup_s'] * 1000:.0f} ms | {rest * 1000:.0f} ms |"
+        )
+    return "\n".join(rows)
+
+
 def latency() -> str:
     h100, lvp = _load("latency_h100.json"), _load("latency_lavapipe.json")
     rows = [
@@ -70,38 +90,96 @@ def latency() -> str:
     return "\n".join(rows)
 
 
+def _by_level(name: str) -> dict[str, dict[int, Any]]:
+    data = _load(name)
+    by_level: dict[str, dict[int, Any]] = {}
+    for m in (data or {}).get("models", []):
+        by_level.setdefault(m["model"], {})[m["glsl_opt"]] = m
+    return by_level
+
+
 def load_profile(device: str) -> str:
-    data = _load(f"load_profile_{device}.json")
-    if data is None:
-        return ""
+    """Cold load_model phases, the last pipeline build, and the -O0 / -O2 comparison."""
+    current = _by_level(f"load_profile_{device}.json")
+    levels = _by_level(f"load_profile_glsl_opt_{device}.json")
     rows = [
         "| model | load_model cold | reading weights | last pipeline ready | its GLSL / driver "
-        "| pipelines | -O0: load_model / warm latency | -O2: warm latency |",
-        "|---|---|---|---|---|---|---|---|",
+        "| first inference (plan build) | -O0 / -O2: load_model, warm latency |",
+        "|---|---|---|---|---|---|---|",
     ]
-    by_level: dict[str, dict[int, Any]] = {}
-    for m in data["models"]:
-        by_level.setdefault(m["model"], {})[m["glsl_opt"]] = m
-    for name, levels in by_level.items():
-        o2, o0 = levels.get(2), levels.get(0)
+    for name, by in current.items():
+        o2 = by.get(2)
         if o2 is None:
             continue
         med = o2["median"]
         last = max(o2["builds"], key=lambda b: b["end_ms"])
-        zero = (
-            f"{o0['median']['load_model_ms']:.0f} ms / {o0['median']['latency_ms']:.2f} ms"
-            if o0
+        zero, two = levels.get(name, {}).get(0), levels.get(name, {}).get(2)
+        compare = (
+            f"{zero['median']['load_model_ms']:.0f} / {two['median']['load_model_ms']:.0f} ms, "
+            f"{zero['median']['latency_ms']:.2f} / {two['median']['latency_ms']:.2f} ms"
+            if zero and two
             else "-"
         )
         rows.append(
             f"| {name} | {med['load_model_ms']:.0f} ms | {med['read_weights_ms']:.0f} ms "
             f"| {med['critical_ms']:.0f} ms | {last['glsl_ms']:.0f} / {last['create_ms']:.0f} ms "
-            f"| {len(o2['builds'])} | {zero} | {med['latency_ms']:.2f} ms |"
+            f"| {med['infer_ms']:.0f} ms ({med.get('plan_build_ms', 0):.0f} ms) | {compare} |"
+        )
+    return "\n".join(rows)
+
+
+def compile_threads() -> str:
+    h100, lvp = _load("compile_threads_h100.json"), _load("compile_threads_lavapipe.json")
+    if h100 is None:
+        return ""
+    threads = h100["threads"]
+    rows = [
+        "| model | pipelines | "
+        + " | ".join(f"{t} thr" for t in threads)
+        + " | 1 -> 16 | lavapipe 1 / 2 thr |",
+        "|---" * (len(threads) + 4) + "|",
+    ]
+    by_name = {m["model"]: m for m in (lvp or {}).get("models", [])}
+    for m in h100["models"]:
+        ms = [f"{m[f'threads_{t}']['load_model_s'] * 1000:.0f}" for t in threads]
+        lv = by_name.get(m["model"])
+        lav = (
+            f"{lv['threads_1']['load_model_s'] * 1000:.0f} / "
+            f"{lv['threads_2']['load_model_s'] * 1000:.0f}"
+            if lv
+            else "-"
+        )
+        rows.append(
+            f"| {m['model']} | {m['threads_1']['pipelines_created']} | "
+            + " | ".join(ms)
+            + f" | {m['speedup']}x | {lav} |"
+        )
+    return "\n".join(rows)
+
+
+def shape_hints() -> str:
+    h100, lvp = _load("shape_hints_h100.json"), _load("shape_hints_lavapipe.json")
+    rows = [
+        "| model | pipelines generic / hinted | H100 latency hinted / generic "
+        "| H100 load_model hinted / generic | lavapipe latency hinted / generic |",
+        "|---|---|---|---|---|",
+    ]
+    by_name = {m["model"]: m for m in (lvp or {}).get("models", [])}
+    for m in (h100 or {}).get("models", []):
+        r = m["hinted_over_generic"]
+        lv = by_name.get(m["model"], {}).get("hinted_over_generic", {})
+        rows.append(
+            f"| {m['model']} | {m['generic']['pipelines_created']} / "
+            f"{m['hinted']['pipelines_created']} | {r['median_ms']} | {r['load_model_s']} "
+            f"| {lv.get('median_ms', '-')} |"
         )
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
     print("H100\n\n" + cold_start("h100") + "\n\nlavapipe\n\n" + cold_start("lavapipe"))
+    print("\n" + warm_budget())
     print("\n" + latency())
     print("\n" + load_profile("h100"))
+    print("\n" + compile_threads())
+    print("\n" + shape_hints())
