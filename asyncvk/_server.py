@@ -5,8 +5,11 @@ use, with graceful SIGTERM handling (``run_app``) and streaming request bodies, 
 ASGI layer between the event loop and the Net.
 
 The app accepts connections at once and loads the model in a background task: ``/ready``
-answers 503 until it is loaded. Requests share the Net (each makes its own extractor), the cache
-folder saves in the background after loading and is flushed at shutdown, off the request path.
+answers 503 until it is loaded (and, with ``warm_up`` shapes, has run once on zeros: the first
+run of a shape pays for its plan and, on lavapipe, for compiling every shader, 0.5-0.9 s for the
+test models, so the warm-up keeps that off the first request). Requests share the Net (each
+makes its own extractor), the cache folder saves in the background after loading and is flushed
+at shutdown, off the request path.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -43,6 +47,7 @@ class ServerState:
         self.ready = False
         self.error: str | None = None
         self.load_seconds = 0.0
+        self.warm_up_seconds = 0.0
         self.codes: Counter[int] = Counter()
         self.buckets = [0] * len(BUCKETS)
         self.latency_sum = 0.0
@@ -226,6 +231,8 @@ async def metrics(request: web.Request) -> web.Response:
     lines += [
         "# TYPE asyncvk_model_load_seconds gauge",
         f"asyncvk_model_load_seconds {state.load_seconds:.6f}",
+        "# TYPE asyncvk_model_warm_up_seconds gauge",
+        f"asyncvk_model_warm_up_seconds {state.warm_up_seconds:.6f}",
         "# TYPE asyncvk_model_load_warm gauge",
         f"asyncvk_model_load_warm {warm}",
         "# TYPE asyncvk_ready gauge",
@@ -237,10 +244,33 @@ async def metrics(request: web.Request) -> web.Response:
     )
 
 
+async def _warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    from ._runner import default_output
+
+    ex = net.create_extractor()
+    for name, shape in shapes.items():
+        try:
+            ex.input(name, np.zeros(shape, np.float32))
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"warm-up input {name}={shape}: {exc}") from exc
+    try:
+        await ex.extract(default_output(net))
+    except AsyncVkError as exc:
+        raise ValueError(f"warm-up with {dict(shapes)}: {exc}") from exc
+
+
 def create_app(
-    param: str, model: str, *, option: Option | None = None, max_body: int = 64 << 20
+    param: str,
+    model: str,
+    *,
+    option: Option | None = None,
+    max_body: int = 64 << 20,
+    warm_up: Mapping[str, tuple[int, ...]] | None = None,
 ) -> web.Application:
-    """The app: loads the model in the background once it starts; mount it anywhere."""
+    """The app: loads the model in the background once it starts; mount it anywhere.
+
+    ``warm_up`` maps input names to shapes: one inference on zeros runs before ``/ready``.
+    """
     app = web.Application(client_max_size=max_body)
     net = Net(option)
     state = ServerState()
@@ -252,6 +282,10 @@ def create_app(
         try:
             await net.load_param(param)
             await net.load_model(model)
+            if warm_up:
+                t0 = time.perf_counter()
+                await _warm_up(net, warm_up)
+                state.warm_up_seconds = time.perf_counter() - t0
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # reported on /ready, the server stays up
@@ -291,10 +325,11 @@ def run_server(
     graph_key: str | None = None,
     device: int | None = None,
     max_body: int = 64 << 20,
+    warm_up: Mapping[str, tuple[int, ...]] | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU."""
     option = Option(cache_dir=cache_dir, graph_key=graph_key, vulkan_device=device)
-    app = create_app(param, model, option=option, max_body=max_body)
+    app = create_app(param, model, option=option, max_body=max_body, warm_up=warm_up)
 
     def announce(*_: Any) -> None:
         print(f"serving on http://{host}:{port}", flush=True)

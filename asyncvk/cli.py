@@ -398,6 +398,7 @@ def _cmd_shapehint(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from ._runner import parse_shape
     from ._server import run_server
 
     if bool(args.cache_dir) != bool(args.graph_key):
@@ -411,6 +412,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         graph_key=args.graph_key,
         device=args.device,
         max_body=args.max_body,
+        warm_up=dict(parse_shape(s) for s in args.warm_up),
     )
     return 0
 
@@ -483,6 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--graph-key", metavar="KEY")
     serve.add_argument("--device", type=int, default=None)
     serve.add_argument("--max-body", type=int, default=64 << 20, help="bytes per request")
+    serve.add_argument(
+        "--warm-up",
+        action="append",
+        default=[],
+        metavar="NAME=C,H,W",
+        help="run once on zeros of this shape before /ready: the first request then pays no "
+        "plan build or shader compile",
+    )
     serve.set_defaults(func=_cmd_serve, json=False)
 
     cache = sub.add_parser("cache", help="pipeline cache files and folders")

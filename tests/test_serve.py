@@ -34,7 +34,7 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, cache_dir: Path) -> None:
+    def __init__(self, cache_dir: Path, *extra: str) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stdout = ""
@@ -54,6 +54,7 @@ class Server:
                 "cunet",
                 "--max-body",
                 str(MAX_BODY),
+                *extra,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -247,3 +248,55 @@ async def test_sigterm_during_load_exits_cleanly(cache_dir: Path) -> None:
     index = cache_dir / "cunet.idx"
     if index.exists():
         json.loads(index.read_text())  # whatever was written is whole
+
+
+async def _ready_status(server: Server) -> tuple[int, dict[str, object]]:
+    """The first /ready answer that is not 'still loading' (503)."""
+    deadline = time.monotonic() + 60
+    async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
+        while time.monotonic() < deadline:
+            try:
+                async with http.get(f"{server.url}/ready") as r:
+                    if r.status != 503:
+                        return r.status, await r.json()
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError("still loading after 60 s")
+
+
+async def test_warm_up_runs_before_ready(cache_dir: Path) -> None:
+    server = Server(cache_dir, "--warm-up", "in0=3,44,44")
+    try:
+        assert await _ready_status(server) == (200, {"ready": True})
+        metrics = await server.metrics()
+        assert metrics["asyncvk_model_warm_up_seconds"] > 0
+        x0 = np.load(MODEL / "input.npy")
+        async with (
+            aiohttp.ClientSession(timeout=TIMEOUT) as http,
+            http.post(
+                f"{server.url}/infer", data=_npy(x0), headers={"Content-Type": "application/x-npy"}
+            ) as r,
+        ):
+            assert r.status == 200
+            y = np.load(io.BytesIO(await r.read()))
+        (expected,) = await _reference([x0])
+        assert np.linalg.norm(y - expected) / np.linalg.norm(expected) < 1e-3
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [("nope=3,44,44", "warm-up input nope"), ("in0=3,2,2", "warm-up with")],
+)
+async def test_a_bad_warm_up_is_reported_on_ready(cache_dir: Path, spec: str, needle: str) -> None:
+    server = Server(cache_dir, "--warm-up", spec)
+    try:
+        status, body = await _ready_status(server)
+        assert status == 500
+        assert needle in str(body["error"])
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
