@@ -128,6 +128,26 @@ def load_profile(device: str) -> str:
     return "\n".join(rows)
 
 
+def dispatch_warmup() -> str:
+    data = _load("dispatch_warmup_lavapipe.json")
+    if data is None:
+        return ""
+    rows = [
+        "| model | pipelines | first inference | warm-up, waited / then first inference "
+        "| warm-up + first: waited / not waited, against none | second inference |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in data["models"]:
+        none, wait = m["none"], m["wait"]
+        rows.append(
+            f"| {m['model']} | {m['pipelines']} | {none['first_ms']:.0f} ms "
+            f"| {wait['warmup_ms']:.0f} / {wait['first_ms']:.0f} ms "
+            f"| {m['wait_total_over_none']}x / {m['async_total_over_none']}x "
+            f"| {none['second_ms']:.0f} ms |"
+        )
+    return "\n".join(rows)
+
+
 def compile_threads() -> str:
     h100, lvp = _load("compile_threads_h100.json"), _load("compile_threads_lavapipe.json")
     if h100 is None:
@@ -182,4 +202,5 @@ if __name__ == "__main__":
     print("\n" + latency())
     print("\n" + load_profile("h100"))
     print("\n" + compile_threads())
+    print("\n" + dispatch_warmup())
     print("\n" + shape_hints())
