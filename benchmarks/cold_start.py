@@ -17,18 +17,15 @@ Driver disk caches are disabled (MESA_SHADER_CACHE_DISABLE, __GL_SHADER_DISK_CAC
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "tests" / "models"
+from _common import MODELS, emit, model_names, run_child
 
 NCNN_CHILD = r"""
 import json, sys, time
@@ -96,21 +93,13 @@ asyncio.run(main())
 
 
 def _child(code: str, args: list[str]) -> dict[str, Any]:
-    env = dict(
-        os.environ,
-        MESA_SHADER_CACHE_DISABLE="true",
-        __GL_SHADER_DISK_CACHE="0",
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-    )
+    """One fresh process; a failure is recorded in the report, not raised."""
     start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=900
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["process_s"] = wall
+    try:
+        result = run_child(code, *args)
+    except RuntimeError as exc:
+        return {"error": str(exc).strip().splitlines()[-1]}
+    result["process_s"] = time.perf_counter() - start
     return result
 
 
@@ -179,9 +168,7 @@ def measure(name: str, runs: int, ncnn: bool) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--models", default=",".join(sorted(p.name for p in MODELS.iterdir() if p.is_dir()))
-    )
+    parser.add_argument("--models", default=",".join(model_names()))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-ncnn", action="store_true")
     parser.add_argument("--out", default=None)
@@ -203,10 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "ncnn": have_ncnn,
         "models": [measure(m, args.runs, have_ncnn) for m in args.models.split(",")],
     }
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(report, args.out)
     return 0
 
 

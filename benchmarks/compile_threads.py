@@ -17,17 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "tests" / "models"
+from _common import MODELS, child_env, emit
 
 
 def load_model_s(model: Path, threads: int) -> dict[str, Any]:
-    env = dict(
-        os.environ,
-        MESA_SHADER_CACHE_DISABLE="true",
-        __GL_SHADER_DISK_CACHE="0",
-        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-    )
     cmd = [
         sys.executable,
         "-m",
@@ -41,7 +34,7 @@ def load_model_s(model: Path, threads: int) -> dict[str, Any]:
         str(threads),
         "--json",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), timeout=600)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip()[-300:]}
     return json.loads(proc.stdout)
@@ -79,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), file=sys.stderr)
     device = ok[-1]["device"] if rows and ok else {}
     report = {"device": device, "cpu_count": cpus, "threads": threads, "models": rows}
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(report, args.out)
     return 0
 
 

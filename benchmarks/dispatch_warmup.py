@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "tests" / "models"
+from _common import MODELS, emit, model_names, run_child
+
 MODES = ("none", "wait", "async")
 
 CHILD = r"""
@@ -70,27 +67,9 @@ asyncio.run(main())
 """
 
 
-def _child(model: str, mode: str) -> dict[str, Any]:
-    env = dict(
-        os.environ,
-        MESA_SHADER_CACHE_DISABLE="true",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(MODELS / model), mode],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{model} ({mode}) failed:\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(sorted(p.name for p in MODELS.iterdir())))
+    parser.add_argument("--models", default=",".join(model_names()))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args(argv)
@@ -100,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         row: dict[str, Any] = {"model": model}
         for mode in MODES:
-            runs = [_child(model, mode) for _ in range(args.runs)]
+            runs = [run_child(CHILD, str(MODELS / model), mode) for _ in range(args.runs)]
             row[mode] = {
                 k: round(statistics.median(r[k] for r in runs), 2)
                 for k in runs[0]
@@ -115,10 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
     info = get_gpu_info()
     report = {"device": info.device_name, "runs": args.runs, "models": rows}
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(report, args.out, indent=1)
     return 0
 
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _common import run_child
 
 CHILD = r"""
 import json, time
@@ -94,18 +92,12 @@ print(json.dumps({"mode": mode, "create_device_s": t1 - t0}))
 """
 
 
-def features(samples: int, env: dict[str, str]) -> int:
+def features(samples: int) -> int:
     """vkCreateDevice time with no optional features against all supported ones."""
     runs: dict[str, list[float]] = {"none": [], "all": []}
     for _ in range(samples):
         for mode in runs:
-            out = subprocess.run(
-                [sys.executable, "-c", DEVICE_CHILD, mode], capture_output=True, text=True, env=env
-            )
-            if out.returncode != 0:
-                print(out.stderr[-2000:], file=sys.stderr)
-                return 1
-            runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1])["create_device_s"])
+            runs[mode].append(run_child(DEVICE_CHILD, mode)["create_device_s"])
     medians = {
         f"create_device_{m}_features_s": round(statistics.median(v), 4) for m, v in runs.items()
     }
@@ -114,19 +106,9 @@ def features(samples: int, env: dict[str, str]) -> int:
 
 
 def main() -> int:
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    )
     if "--features" in sys.argv[1:]:
-        return features(int(os.environ.get("SAMPLES", "5")), env)
-    samples = []
-    for _ in range(int(os.environ.get("SAMPLES", "5"))):
-        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env)
-        if out.returncode != 0:
-            print(out.stderr[-2000:], file=sys.stderr)
-            return 1
-        samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        return features(int(os.environ.get("SAMPLES", "5")))
+    samples = [run_child(CHILD) for _ in range(int(os.environ.get("SAMPLES", "5")))]
     keys = [k for k in samples[0] if k.endswith("_s")]
     medians = {k: round(statistics.median(s[k] for s in samples), 4) for k in keys}
     print(json.dumps({"samples": len(samples), "median": medians}, indent=2))

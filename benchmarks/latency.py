@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import MODELS, emit
 
 from asyncvk import Net, Option, get_gpu_info
 from asyncvk.layers.vulkan import convolution
-
-MODELS = Path(__file__).resolve().parent.parent / "tests" / "models"
 
 
 def _stats(times: list[float]) -> dict[str, float]:
@@ -152,10 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "processes": "one fresh process per runtime and model",
         "models": rows,
     }
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(report, args.out)
     return 0
 
 

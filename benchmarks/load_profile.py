@@ -17,16 +17,11 @@ and what SPIR-V the driver compiles.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "tests" / "models"
+from _common import MODELS, emit, model_names, run_child
 
 CHILD = r"""
 import asyncio, functools, json, statistics, sys, time
@@ -79,20 +74,8 @@ asyncio.run(main())
 
 def _child(model: str, level: int) -> dict[str, Any]:
     folder = MODELS / model
-    env = dict(
-        os.environ,
-        MESA_SHADER_CACHE_DISABLE="true",
-        __GL_SHADER_DISK_CACHE="0",
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    )
     args = [str(folder / "model.param"), str(folder / "model.bin"), str(folder / "input.npy")]
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, *args, str(level)], capture_output=True, text=True, env=env
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{model} (glsl opt {level}) failed:\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return run_child(CHILD, *args, str(level))
 
 
 def measure(model: str, level: int, runs: int) -> dict[str, Any]:
@@ -110,7 +93,7 @@ def measure(model: str, level: int, runs: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default=",".join(sorted(p.name for p in MODELS.iterdir())))
+    parser.add_argument("--models", default=",".join(model_names()))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--glsl-opt", type=int, nargs="+", default=[2], choices=[0, 1, 2])
     parser.add_argument("--out", help="also write the JSON here")
@@ -130,10 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         results += row.values()
     report = {"runs": args.runs, "models": results}
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(report, args.out, indent=1)
     return 0
 
 

@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import MODELS, emit
 
 from asyncvk import Net, Option, get_gpu_info
 from asyncvk.gpu import get_gpu_device
 from asyncvk.net._param_parser import parse_param
 from asyncvk.net._shape_hints import infer_shapes, write_hints
 
-MODELS = Path(__file__).resolve().parent.parent / "tests" / "models"
 WARMUP = 3
 
 
@@ -131,10 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "warmup": WARMUP,
         "models": rows,
     }
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
+    emit(report, args.out)
     return 0
 
 

@@ -1,0 +1,57 @@
+"""What every benchmark script shares: the test models, fresh child processes, the JSON report.
+
+Benchmarks measure once-per-process costs (driver load, compiler set-up, imports), so most run
+each sample in a fresh interpreter with the drivers' own disk caches off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "tests" / "models"
+
+
+def model_names() -> list[str]:
+    return sorted(p.name for p in MODELS.iterdir() if p.is_dir())
+
+
+def child_env() -> dict[str, str]:
+    """This environment, with asyncvk importable and Mesa's and NVIDIA's disk caches off."""
+    return dict(
+        os.environ,
+        MESA_SHADER_CACHE_DISABLE="true",
+        __GL_SHADER_DISK_CACHE="0",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+
+
+def run_child(code: str, *args: str, timeout: float = 900) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter; its last stdout line is the JSON result.
+
+    A failing child raises, naming its arguments and ending with its stderr.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=timeout,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"child {list(args)} failed:\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def emit(report: dict[str, Any], out: str | None, *, indent: int = 2) -> None:
+    """Print the report as JSON, and write it to ``out`` too when given."""
+    text = json.dumps(report, indent=indent)
+    if out:
+        Path(out).write_text(text + "\n")
+    print(text)
