@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -163,11 +166,16 @@ for _name in ("Split", "Noop", "Reshape", "Flatten"):
     register(_name)(type(_name, (_Alias,), {}))
 
 
+@functools.lru_cache(maxsize=1024)
 def _strides_by_probe(
-    layer_cls: type, params: ParamDict, shapes: list[Shape], out_shape: Shape
-) -> list[tuple[int, int, int, int]] | None:
+    layer_cls: Any, shapes: tuple[Shape, ...], out_shape: Shape
+) -> tuple[tuple[int, int, int, int], ...] | None:
     """Element strides of each input over the output's (w, h, d, c), found by running the CPU
-    reference of an add on index arrays; None when the map is not affine (or too large)."""
+    reference of an add on index arrays; None when the map is not affine (or too large).
+
+    Cached per process: the answer depends only on the shapes and the CPU class's broadcasting
+    rules, and networks repeat shapes (RRDB's 161 binary layers have a handful).
+    """
     total = math.prod(out_shape)
     if total >= 1 << 24:
         return None
@@ -196,7 +204,7 @@ def _strides_by_probe(
         if not np.array_equal(grid - grid.flat[0], expect) or grid.flat[0] != 0:
             return None
         result.append((strides[0], strides[1], strides[2], strides[3]))
-    return result
+    return tuple(result)
 
 
 @register("BinaryOp")
@@ -205,18 +213,15 @@ class BinaryOp(VulkanLayer):
         self.op_type = self.params.get_int(0, 0)
         self.with_scalar = self.params.get_int(1, 0)
         self.b = self.params.get_float(2, 0.0)
-        self._strides: dict[tuple[Shape, ...], list[tuple[int, int, int, int]] | None] = {}
 
     def pipeline_specs(self) -> dict[str, PipelineSpec]:
         spec = (self.op_type, self.with_scalar, float(self.b), 1.0, 1.0)
         return {"binary": PipelineSpec("binary", spec, self.local_size_1d())}
 
-    def _probe(self, shapes: list[Shape]) -> list[tuple[int, int, int, int]] | None:
-        key = tuple(shapes)
-        if key not in self._strides:
-            out = self.layer.output_shapes(shapes)[0]  # type: ignore[attr-defined]
-            self._strides[key] = _strides_by_probe(type(self.layer), self.params, shapes, out)
-        return self._strides[key]
+    def _probe(self, shapes: list[Shape]) -> tuple[tuple[int, int, int, int], ...] | None:
+        out = tuple(self.layer.output_shapes(shapes)[0])  # type: ignore[attr-defined]
+        layer_cls: Any = type(self.layer)  # a class hashes by identity (mypy cannot tell)
+        return _strides_by_probe(layer_cls, tuple(map(tuple, shapes)), out)
 
     def supports(self, input_shapes: list[Shape]) -> bool:  # type: ignore[override]
         return self.with_scalar == 1 or self._probe(list(input_shapes)) is not None
@@ -225,7 +230,7 @@ class BinaryOp(VulkanLayer):
         out = outputs[0]
         dims = shape4(out.shape)
         if self.with_scalar:
-            strides = [_contiguous(out.shape), (0, 0, 0, 0)]
+            strides: Sequence[tuple[int, int, int, int]] = [_contiguous(out.shape), (0, 0, 0, 0)]
             b = inputs[0]
         else:
             probed = self._probe([i.shape for i in inputs])
