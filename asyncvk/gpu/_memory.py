@@ -120,8 +120,9 @@ class Allocator:
         self._blocks: dict[MemoryKind, list[_Block]] = {k: [] for k in MemoryKind}
         self._types = {k: self._memory_type(k) for k in MemoryKind}
         props = device.memory_properties
-        self.device_is_host_visible = bool(
-            props.memoryTypes[self._types[MemoryKind.DEVICE]].propertyFlags & _HOST_VISIBLE
+        self.device_is_host_visible = (
+            bool(props.memoryTypes[self._types[MemoryKind.DEVICE]].propertyFlags & _HOST_VISIBLE)
+            and not device.quirks.upload_through_staging
         )
         limit = device.info.limits.max_storage_buffer_range
         self.block_size = min(block_size, max(limit, 1 << 20))
@@ -210,6 +211,8 @@ class Allocator:
         vk.vkBindBufferMemory(dev, buffer, memory, 0)
         flags = self._device.memory_properties.memoryTypes[type_index].propertyFlags
         host_visible = bool(flags & _HOST_VISIBLE)
+        if kind is MemoryKind.DEVICE and self._device.quirks.upload_through_staging:
+            host_visible = False
         mapped = None
         if host_visible:
             pointer = ffi.new("void**")

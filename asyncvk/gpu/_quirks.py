@@ -23,6 +23,11 @@ QUIRK_FLAGS: dict[str, str] = {
         "vkCreateComputePipelines runs under one lock per device: the driver is not thread-safe "
         "there"
     ),
+    "upload_through_staging": (
+        "compute buffers are never mapped, even where device-local memory is host-visible: "
+        "uploads and readbacks go through staging buffers and copy commands (for drivers whose "
+        "mapped device memory is slow or broken, and to test that path on any driver)"
+    ),
 }
 
 
@@ -75,12 +80,14 @@ class Quirks:
 
     broken_pipeline_cache: bool = False
     serialize_pipeline_creation: bool = False
+    upload_through_staging: bool = False
     reasons: dict[str, str] = field(default_factory=dict, compare=False)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "broken_pipeline_cache": self.broken_pipeline_cache,
             "serialize_pipeline_creation": self.serialize_pipeline_creation,
+            "upload_through_staging": self.upload_through_staging,
             "reasons": dict(self.reasons),
         }
 
