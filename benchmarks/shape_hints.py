@@ -30,9 +30,9 @@ from _common import MODELS, emit
 
 from asyncvk import Net, Option, get_gpu_info
 from asyncvk.gpu import get_gpu_device
-from asyncvk.shader import compile_glsl
 from asyncvk.net._param_parser import parse_param
 from asyncvk.net._shape_hints import infer_shapes, write_hints
+from asyncvk.shader import compile_glsl
 
 WARMUP = 3
 
