@@ -7,6 +7,7 @@ that as safe without locking); options are per call.
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Mapping
 from enum import IntEnum
@@ -93,6 +94,9 @@ def prepare_compiler() -> None:
             daemon=True,
         )
         _warm_up.start()
+        # A process that exits at once (a bad argument) must not tear down glslang's statics
+        # while the thread is still inside it.
+        atexit.register(_warm_up.join, 10.0)
 
 
 def compile_glsl(
