@@ -22,7 +22,7 @@ from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._base import Layer
 from ..layers._registry import layer_class, layer_types
-from ..layers._vulkan import VulkanLayer, vulkan_layer_class
+from ..layers._vulkan import PipelineSpec, VulkanLayer, vulkan_layer_class
 from ._modelbin import ModelBinReader
 from ._option import Option
 from ._param_parser import SHAPE_HINTS_ID, ParamFile, parse_param
@@ -193,24 +193,13 @@ class Net:
             self._create_vulkan_layers()
             gpu_nodes = [n for n in self.nodes if n.vulkan is not None]
             futures: list[tuple[_Node, Any, Any]] = []
-            # Layers repeat: RRDB's 709 requests are 6 pipelines. One request (and one await)
-            # per distinct spec; repr keeps 1, 1.0, True and -0.0 apart, as the digest does.
-            distinct: dict[tuple[Any, ...], Any] = {}
-            options = self.opt.shader_options()
+            request = self._distinct_requests()
             for node in gpu_nodes:
                 assert node.vulkan is not None
                 for key, spec in node.vulkan.pipeline_specs().items():
-                    same = (spec.shader, tuple(map(repr, spec.specializations)), spec.local_size)
-                    fut = distinct.get(same)
-                    if fut is None:
-                        fut = distinct[same] = self.cache.request_builtin(
-                            spec.shader,
-                            options=options,
-                            specializations=spec.specializations,
-                            local_size=spec.local_size,
-                        )
-                    futures.append((node, key, fut))
-            baked = self._request_shape_baked(gpu_nodes) if self.opt.use_shape_hints else []
+                    futures.append((node, key, request(spec.shader, spec)))
+            if self.opt.use_shape_hints:
+                baked = self._request_shape_baked(gpu_nodes, request)
             futures += baked
             requested = len(futures)
             t0 = time.perf_counter()
@@ -224,11 +213,11 @@ class Net:
                 done = total - len(pending_per_node)
                 if progress:
                     progress(done, total)
-                built: dict[int, Any] = {}
+                built: dict[Any, PipelineArtifact] = {}
                 for node, key, fut in futures:
-                    artifact = built.get(id(fut))
+                    artifact = built.get(fut)
                     if artifact is None:
-                        artifact = built[id(fut)] = await await_shared(fut)
+                        artifact = built[fut] = await await_shared(fut)
                     if isinstance(key, tuple):
                         node.baked[key] = artifact
                     else:
@@ -415,7 +404,34 @@ class Net:
                     shapes[t] = shape
         return shapes
 
-    def _request_shape_baked(self, nodes: list[_Node]) -> list[tuple[_Node, Any, Any]]:
+    def _distinct_requests(self) -> Callable[..., Any]:
+        """A ``request(shader, spec, baked_push=None)`` that starts each distinct build once.
+
+        Layers repeat: RRDB's 709 generic requests are 6 pipelines, its 308 shape-baked ones
+        12, and each await of a shared future costs an event-loop wake-up. ``repr`` keeps 1,
+        1.0, True and -0.0 apart, as the digest does.
+        """
+        distinct: dict[tuple[Any, ...], Any] = {}
+        options = self.opt.shader_options()
+
+        def request(shader: str, spec: PipelineSpec, baked_push: bytes | None = None) -> Any:
+            same = (shader, tuple(map(repr, spec.specializations)), spec.local_size, baked_push)
+            fut = distinct.get(same)
+            if fut is None:
+                fut = distinct[same] = self.cache.request_builtin(
+                    shader,
+                    options=options,
+                    specializations=spec.specializations,
+                    local_size=spec.local_size,
+                    baked_push=baked_push,
+                )
+            return fut
+
+        return request
+
+    def _request_shape_baked(
+        self, nodes: list[_Node], request: Callable[..., Any]
+    ) -> list[tuple[_Node, Any, Any]]:
         """Request a ``@shapes`` pipeline for each dispatch a hinted GPU layer would record."""
         from ._shape_hints import capture_dispatches
 
@@ -439,14 +455,7 @@ class Net:
                 variant = registry.shape_variant(spec.shader) if spec is not None else None
                 if spec is None or variant is None:
                     continue
-                fut = self.cache.request_builtin(
-                    variant,
-                    options=self.opt.shader_options(),
-                    specializations=spec.specializations,
-                    local_size=spec.local_size,
-                    baked_push=push,
-                )
-                futures.append((node, (key, push), fut))
+                futures.append((node, (key, push), request(variant, spec, push)))
         return futures
 
     def _upload_weights(self, nodes: list[_Node]) -> None:
