@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _common import MODELS, child_env, emit
+from _common import MODELS, child_env, emit, model_names
 
 
 def load_model_s(model: Path, threads: int) -> dict[str, Any]:
@@ -42,8 +42,7 @@ def load_model_s(model: Path, threads: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    names = sorted(p.name for p in MODELS.iterdir() if p.is_dir())
-    parser.add_argument("--models", default=",".join(names))
+    parser.add_argument("--models", default=",".join(model_names()))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)

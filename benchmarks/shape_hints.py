@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import MODELS, emit
+from _common import MODELS, emit, model_names
 
 from asyncvk import Net, Option, get_gpu_info
 from asyncvk.gpu import get_gpu_device
@@ -111,8 +111,7 @@ async def compare(d: Path, loops: int, tmp: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    names = sorted(p.name for p in MODELS.iterdir() if p.is_dir())
-    parser.add_argument("--models", default=",".join(names))
+    parser.add_argument("--models", default=",".join(model_names()))
     parser.add_argument("--loops", type=int, default=20)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
