@@ -135,3 +135,12 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     proc = cli("run", str(bad), str(M / "model.bin"))
     assert proc.returncode == 1 and "unknown layer type 'Frobnicate'" in proc.stderr
     assert "bad.param:3" in proc.stderr
+
+
+def test_a_malformed_serve_warm_up_is_one_line_before_anything_starts() -> None:
+    proc = cli("serve", str(M / "model.param"), str(M / "model.bin"), "--warm-up", "in0")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("asyncvk: error:")
+    assert "expected NAME=C,H,W, got 'in0'" in lines[0]
+    assert "serving on" not in proc.stdout
