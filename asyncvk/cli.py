@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -93,6 +94,7 @@ def _config(args: argparse.Namespace) -> Any:
         raise ValueError("use either --cache FILE or --cache-dir DIR --graph-key KEY, not both")
     if bool(getattr(args, "cache_dir", None)) != bool(getattr(args, "graph_key", None)):
         raise ValueError("--cache-dir and --graph-key go together")
+    _refuse_unsafe_cache_target(getattr(args, "cache", None))
     return RunConfig(
         param=args.param,
         model=args.bin,
@@ -107,6 +109,17 @@ def _config(args: argparse.Namespace) -> Any:
         shape_hints=getattr(args, "shape_hints", False),
         progress=_ProgressBar("loading") if not args.json else None,
     )
+
+
+def _refuse_unsafe_cache_target(path: str | None) -> None:
+    """``--cache FILE`` must name a cache file or nothing: say so before any work is done."""
+    if not path:
+        return
+    from .cache._safe_fs import expand_path, replace_refusal
+
+    why = replace_refusal(expand_path(path))
+    if why is not None:
+        raise ValueError(f"--cache {path}: {why}")
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
@@ -442,8 +455,19 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
     p.add_argument("--json", action="store_true")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a hint for an option value that starts with '-' (``--graph-key -rf``)."""
+
+    def error(self, message: str) -> NoReturn:
+        option = re.match(r"argument (--[\w-]+)(?:/-\w)?: expected one argument", message)
+        if option:
+            name = option.group(1)
+            message += f" (a value that starts with '-' is written with '=': {name}=-VALUE)"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="asyncvk", description=__doc__)
+    parser = _Parser(prog="asyncvk", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -101,7 +101,8 @@ def test_eight_processes_load_and_save_one_key(model_copy: Path, tmp_path: Path)
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(8)
     ]
-    assert all(p.wait(timeout=300) == 0 for p in procs)
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, errors
     index = json.loads((cache_dir / "shared.idx").read_text())
     files = {e["file"] for e in index["entries"]}
     assert files == {p.name for p in cache_dir.glob("*.vkcache")} and len(files) == 1

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import aiofiles
 import anyio
 
 from ._file_format import CacheContents, read_cache_source
+from ._safe_fs import UnsafePathError, create_exclusive, locked, open_regular, replace_refusal
 
 LOCK_TIMEOUT_S = 60.0
 STALE_TEMP_S = 60.0  # a temp file this old whose writer is gone is an orphan of a crash
@@ -70,7 +70,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     target = os.fspath(path)
     tmp = _temp_path(target)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = create_exclusive(tmp)
         try:
             _write_all(fd, data)
             os.fsync(fd)  # the data must be on disk before the name points at it
@@ -84,7 +84,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def _open_temp(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_CLOEXEC, 0o644)
+    return create_exclusive(path)
 
 
 async def write_atomic_async(path: str | os.PathLike[str], data: bytes) -> None:
@@ -101,38 +101,6 @@ async def write_atomic_async(path: str | os.PathLike[str], data: bytes) -> None:
         _remove(tmp)
         raise
     await anyio.to_thread.run_sync(_fsync_dir, os.path.dirname(tmp))
-
-
-@contextlib.contextmanager
-def _locked(lock_path: str, timeout: float) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path``; the kernel drops it if we are killed."""
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except PermissionError as denied:
-        try:  # flock needs no write access: a lock file made by another user still serves
-            fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            raise denied from None
-    try:
-        deadline = time.monotonic() + timeout
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        errno.ETIMEDOUT, f"lock held by another saver for over {timeout} s"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -175,13 +143,31 @@ def save_merged(
     :raises OSError: nothing was written (``TimeoutError`` when the lock was not had in time).
     """
     target = os.fspath(path)
-    with _locked(target + ".lock", lock_timeout):
-        current = read_cache_source(target)
-        existing = current if isinstance(current, bytes) else None
+    _refuse_to_replace(target)  # before the lock file appears beside something not ours
+    with locked(target + ".lock", lock_timeout):
+        _refuse_to_replace(target)  # and again, now that nobody else can be saving
+        existing = _read_current(target)
         data = build(existing)
         if data != existing:
             write_atomic(target, data)
         _remove_stale_temps(target)
+
+
+def _refuse_to_replace(target: str) -> None:
+    why = replace_refusal(target)
+    if why is not None:
+        raise UnsafePathError(errno.EEXIST, why)
+
+
+def _read_current(target: str) -> bytes | None:
+    """The target's bytes if it is a readable cache-sized regular file (never via a symlink)."""
+    try:
+        fd = open_regular(target)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        current = read_cache_source(f)
+    return current if isinstance(current, bytes) else None
 
 
 def merge_contents(new: CacheContents, old: CacheContents | None) -> CacheContents:

@@ -25,6 +25,7 @@ from ._file_format import (
     read_cache_source,
     validate_driver_blob,
 )
+from ._safe_fs import UnsafePathError, expand_path
 
 if TYPE_CHECKING:
     from ._pipeline_cache import PipelineCache
@@ -51,6 +52,8 @@ class SaveResult:
 
 def load_cache(cache: PipelineCache, source: CacheSource) -> CacheLoadResult:
     """Load ``source`` into ``cache``; all or nothing for the header and the driver blob."""
+    if isinstance(source, (str, os.PathLike)):
+        source = expand_path(source)
     try:
         data = read_cache_source(source)
         if isinstance(data, CacheLoadResult):
@@ -115,7 +118,7 @@ def encode_current(cache: PipelineCache) -> bytes:
     return encode_cache(current_contents(cache))
 
 
-def _merge_existing(cache: PipelineCache, existing: bytes | None) -> bytes:
+def merge_with_saved(cache: PipelineCache, existing: bytes | None) -> bytes:
     """Union with what another process saved meanwhile, so nobody's work is thrown away."""
     if existing:
         result, old = decode_cache(
@@ -144,19 +147,22 @@ def _merge_existing(cache: PipelineCache, existing: bytes | None) -> bytes:
 
 def save_cache(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult:
     """Write the cache to ``path`` atomically under an advisory lock, merging what is there."""
-    target = os.fspath(path)
+    target = expand_path(path)
     if cache.read_only:
         return SaveResult(False, "read-only cache: not writing", target)
     written: dict[str, Any] = {}
 
     def build(existing: bytes | None) -> bytes:
-        data = _merge_existing(cache, existing)
+        data = merge_with_saved(cache, existing)
         written["nbytes"] = len(data)
         return data
 
     generation = cache.generation
     try:
         save_merged(target, build)
+    except UnsafePathError as exc:
+        log.warning("pipeline cache not saved: %s", exc.strerror)
+        return SaveResult(False, str(exc.strerror), target)
     except OSError as exc:
         log.warning("pipeline cache not saved to %s: %s", target, exc)
         return SaveResult(False, f"cannot write {target}: {exc.strerror or exc}", target)
@@ -184,6 +190,7 @@ async def save_cache_async(cache: PipelineCache, path: str | os.PathLike[str]) -
 __all__ = (
     "SaveResult",
     "encode_current",
+    "merge_with_saved",
     "load_cache",
     "save_cache",
     "save_cache_async",

@@ -17,6 +17,7 @@ import anyio
 import numpy as np
 
 from .._errors import ModelFormatError
+from ..cache._persist import merge_with_saved
 from ..cache._pipeline_cache import await_shared
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
@@ -267,7 +268,7 @@ class Net:
             return
         from ..cache._directory import CacheDirectory, model_fingerprint
 
-        directory = CacheDirectory(opt.cache_dir)
+        directory = CacheDirectory(opt.cache_dir, read_only=self.cache.read_only)
         self._cache_dir = directory
         self._fingerprint = await anyio.to_thread.run_sync(
             model_fingerprint, self._param_source, model_source
@@ -281,16 +282,16 @@ class Net:
             "reason": found.reason,
             "stale_removed": found.stale_removed,
         }
-        if found.path is not None:
-            result = await anyio.to_thread.run_sync(self.cache.load_cache, found.path)
+        if found.data is not None:
+            result = await anyio.to_thread.run_sync(self.cache.load_cache, found.data)
             status.update(
                 loaded=bool(result),
                 reason=result.reason,
                 file=str(found.path),
                 entries_used=result.entries_used,
             )
-        if not directory.usable:
-            self._cache_dir = None
+        if not directory.writable:
+            self._cache_dir = None  # read-only folder or cache: it served, nothing is saved
         self.cache_status = status
 
     async def _save_to_cache_dir(self) -> None:
@@ -299,13 +300,17 @@ class Net:
         if self.cache.generation == self._dir_saved_generation:
             return
         generation = self.cache.generation
-        data = await anyio.to_thread.run_sync(self.cache.save_cache)
+        cache = self.cache
+
+        def build(current: bytes | None) -> bytes:
+            return merge_with_saved(cache, current)  # keeps what another process saved
+
         path = await anyio.to_thread.run_sync(
             directory.store,
             self.opt.graph_key,
             self.device.info.identity,
             self._fingerprint,
-            data,
+            build,
         )
         if path is not None:
             self._dir_saved_generation = generation

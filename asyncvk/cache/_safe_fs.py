@@ -1,0 +1,188 @@
+"""File operations for folders that other people may write: never follow, never clobber.
+
+A cache file or folder can sit where another user, container or buggy tool also writes. Every
+file asyncvk creates there is therefore created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a
+name with a random part, and every file it opens there (lock, index, cache file) is opened with
+``O_NOFOLLOW`` and must be a regular file: a planted symlink, FIFO or device is refused with a
+reason and never followed. A path is replaced only when it is absent, or a regular file that is
+empty or already an asyncvk cache file (``replace_refusal``): a mistyped ``--cache model.bin``
+must not destroy the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterator
+
+__all__ = (
+    "CACHE_MAGIC",
+    "UnsafePathError",
+    "create_exclusive",
+    "expand_path",
+    "locked",
+    "open_regular",
+    "random_token",
+    "replace_refusal",
+)
+
+CACHE_MAGIC = b"AVKPCACH"  # the first bytes of every asyncvk cache file (_file_format.MAGIC)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafePathError(OSError):
+    """A path where asyncvk expects its own regular file holds something else."""
+
+
+def expand_path(path: str | os.PathLike[str]) -> str:
+    """``~`` and ``~user`` expanded, as a shell would: ``Option(cache_dir="~/.cache/asyncvk")``."""
+    return os.path.expanduser(os.fspath(path))
+
+
+def random_token() -> str:
+    """16 random hex digits: a name part nobody can predict (pids and counters can be)."""
+    return secrets.token_hex(8)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device node"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _check_regular(fd: int, path: str) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(errno.EINVAL, f"{path} is {_kind(st.st_mode)}, not a regular file")
+    return st
+
+
+def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> int:
+    """Open an existing regular file without following a symlink; the fd is the caller's.
+
+    :raises UnsafePathError: the path is a symlink, FIFO, device, directory or socket.
+    :raises OSError: the file cannot be opened (``FileNotFoundError`` when absent).
+    """
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, flags | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(
+                errno.ELOOP, f"{name} is a symbolic link; not following it"
+            ) from None
+        if exc.errno in (errno.ENXIO, errno.EISDIR):
+            raise UnsafePathError(exc.errno, f"{name} is not a regular file") from None
+        raise
+    try:
+        _check_regular(fd, name)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_exclusive(path: str | os.PathLike[str], mode: int = 0o644) -> int:
+    """Create a new file for writing; fails if anything (a symlink included) has the name."""
+    return os.open(
+        os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode
+    )
+
+
+def _open_lock(path: str) -> int:
+    """Open or create a lock file, never through a symlink; read-only access serves flock."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, 0o644)
+    except PermissionError as denied:
+        try:  # flock needs no write access: a lock file made by another user still serves
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            raise denied from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(errno.ELOOP, f"lock file {path} is a symbolic link") from None
+        raise
+    try:
+        _check_regular(fd, f"lock file {path}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def locked(lock_path: str | os.PathLike[str], timeout: float) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_path``; the kernel drops it if we are killed.
+
+    :raises TimeoutError: another holder kept it for over ``timeout`` seconds.
+    :raises UnsafePathError: the lock path is a symlink or not a regular file.
+    """
+    name = os.fspath(lock_path)
+    fd = _open_lock(name)
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        errno.ETIMEDOUT, f"lock {name} held by another process for over {timeout} s"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def replace_refusal(path: str | os.PathLike[str]) -> str | None:
+    """Why asyncvk must not replace ``path`` with a cache file, or None when it may.
+
+    It may when the path is absent, or a regular file that is empty or starts with the cache
+    magic. Anything else (a model, a symlink, a device node, a directory) is the user's.
+    """
+    name = os.fspath(path)
+    try:
+        st = os.lstat(name)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{name} cannot be examined ({exc.strerror or exc})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{name} is {_kind(st.st_mode)}, not a cache file; asyncvk will not replace it"
+    if st.st_size == 0:
+        return None
+    try:
+        fd = open_regular(name)
+    except OSError as exc:
+        return f"{name} cannot be read to check it is a cache file ({exc.strerror or exc})"
+    try:
+        head = os.read(fd, len(CACHE_MAGIC))
+    finally:
+        os.close(fd)
+    if head == CACHE_MAGIC:
+        return None
+    return (
+        f"{name} is not an asyncvk cache file (it starts with {head[:8]!r}, "
+        f"not {CACHE_MAGIC!r}); asyncvk will not replace it"
+    )
