@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Install asyncvk on a fresh Debian/Ubuntu machine: system packages (Vulkan loader, lavapipe,
-# the static shaderc/glslang/SPIRV-Tools libraries the in-process compiler links, a C compiler),
-# then a virtual environment in .venv with asyncvk installed from this checkout.
+# the static shaderc/glslang/SPIRV-Tools libraries the in-process compiler links, a C compiler
+# and g++ for libstdc++, which those C++ libraries need at link time), then a virtual
+# environment in .venv with asyncvk installed from this checkout.
+# tools/fresh-debian.sh proves it on a fresh minimal Debian root.
 #   tools/install.sh          runtime only
 #   tools/install.sh --test   plus the test dependencies
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-packages="libvulkan1 mesa-vulkan-drivers libshaderc-dev glslang-dev spirv-tools gcc python3-dev python3-venv"
+packages="libvulkan1 mesa-vulkan-drivers libshaderc-dev glslang-dev spirv-tools gcc g++ python3-dev python3-venv"
 if [ "${1:-}" = "--test" ]; then packages="$packages vulkan-validationlayers"; fi
 missing=""
-for p in $packages; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+for p in $packages; do
+  # not `dpkg -s`: that also succeeds for a package removed with its config files left
+  [ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || missing="$missing $p"
+done
 if [ -n "$missing" ]; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
