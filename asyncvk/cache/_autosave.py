@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._persist import SaveResult, save_cache
+from ._safe_fs import expand_path
 
 if TYPE_CHECKING:
     from ._pipeline_cache import PipelineCache
@@ -27,7 +28,7 @@ class AutoSaver:
         self, cache: PipelineCache, path: str | os.PathLike[str], *, interval: float = 2.0
     ) -> None:
         self.cache = cache
-        self.path = os.fspath(path)
+        self.path = expand_path(path)
         self.interval = interval
         self.saves = 0
         self.last_result: SaveResult | None = None

@@ -366,10 +366,18 @@ class PipelineCache:
             self._builds.append(record)
 
     def _finish(self, digest: bytes | None, artifact: PipelineArtifact) -> PipelineArtifact:
+        cold = artifact.driver_cache_hit is False and self.driver_blob_loaded
         with self._lock:
             if self.closed:
                 artifact.destroy()
                 raise RuntimeError("PipelineCache was closed while a pipeline was being built")
+            if self.must_hit and cold:
+                # Not kept: a retry must fail the same way, not be served this cold pipeline.
+                artifact.destroy()
+                raise CacheMissError(
+                    f"must-hit: the driver compiled a {artifact.name!r} pipeline cold although "
+                    "a driver cache was loaded"
+                )
             if digest is None:
                 self._owned_uncached.append(artifact)
             else:
@@ -381,11 +389,6 @@ class PipelineCache:
             elif artifact.driver_cache_hit is False:
                 self._stats["driver_cache_misses"] += 1
             self.generation += 1
-        if self.must_hit and artifact.driver_cache_hit is False and self.driver_blob_loaded:
-            raise CacheMissError(
-                f"must-hit: the driver compiled a {artifact.name!r} pipeline cold although a "
-                "driver cache was loaded"
-            )
         return artifact
 
     def _request(

@@ -19,6 +19,7 @@ import numpy as np
 from .._errors import ModelFormatError
 from ..cache._persist import merge_with_saved
 from ..cache._pipeline_cache import await_shared
+from ..cache._safe_fs import expand_path
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._base import Layer
@@ -117,7 +118,9 @@ class Net:
         start = time.perf_counter()
         self._prepare_compiler()
         _import_layers()
-        if not isinstance(source, (str, os.PathLike, bytes)):
+        if isinstance(source, (str, os.PathLike)):
+            source = expand_path(source)  # "~/models/x.param", as a shell would
+        elif not isinstance(source, bytes):
             source = source.read()
             if isinstance(source, str):
                 source = source.encode()
@@ -177,7 +180,9 @@ class Net:
         if self.param is None:
             raise ModelFormatError("load_param must be called before load_model")
         start = time.perf_counter()
-        if not isinstance(source, (str, os.PathLike, bytes)):
+        if isinstance(source, (str, os.PathLike)):
+            source = expand_path(source)
+        elif not isinstance(source, bytes):
             source = source.read()
         reader = await anyio.to_thread.run_sync(ModelBinReader.open, source)
         await anyio.to_thread.run_sync(self._read_weights, reader)
