@@ -4,6 +4,9 @@ Drivers cap the number of VkDeviceMemory allocations (often 4096) and each one i
 1000-layer model must not allocate per weight. Blocks of ``BLOCK_SIZE`` bytes, each with one
 VkBuffer over the whole block, are split first-fit and coalesced on release. Host-visible blocks
 stay mapped for their whole life.
+
+The allocator counts what is live (``stats()``): blocks (one VkDeviceMemory each) and the
+sub-allocated buffers with their bytes, so a test can check that an owner gave back all it took.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ class Allocator:
         self._device = device
         self._lock = threading.Lock()
         self._blocks: dict[MemoryKind, list[_Block]] = {k: [] for k in MemoryKind}
+        self._live_buffers = 0
         self._types = {k: self._memory_type(k) for k in MemoryKind}
         props = device.memory_properties
         self.device_is_host_visible = (
@@ -166,6 +170,7 @@ class Allocator:
                 else:
                     block.free[i] = (offset + size, free - size)
                 block.used += size
+                self._live_buffers += 1
                 return Buffer(self, block, offset, size)
         return None
 
@@ -173,6 +178,7 @@ class Allocator:
         with self._lock:
             block = buf.block
             block.used -= buf.size
+            self._live_buffers -= 1
             block.free.append((buf.offset, buf.size))
             block.free.sort()
             merged: list[tuple[int, int]] = []
@@ -222,12 +228,15 @@ class Allocator:
         return _Block(memory, buffer, size, host_visible, mapped, free=[(0, size)])
 
     def stats(self) -> dict[str, int]:
+        """Live counts: ``blocks`` and ``reserved_bytes`` (VkDeviceMemory, kept until close),
+        ``buffers`` and ``used_bytes`` (sub-allocations not released yet, aligned sizes)."""
         with self._lock:
             blocks = [b for bs in self._blocks.values() for b in bs]
             return {
                 "blocks": len(blocks),
                 "reserved_bytes": sum(b.size for b in blocks),
                 "used_bytes": sum(b.used for b in blocks),
+                "buffers": self._live_buffers,
             }
 
     def close(self) -> None:

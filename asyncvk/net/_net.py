@@ -82,7 +82,14 @@ class _RecordingBin:
 
 
 class Net:
-    """An ncnn network: ``load_param``, ``load_model``, then extractors."""
+    """An ncnn network: ``load_param``, ``load_model``, then extractors.
+
+    Loading again (``load_param`` and ``load_model``, or ``load_model`` alone) replaces the
+    model: extractions still running finish on the old one, then everything it held on the
+    device (weights, plans with their command buffers, descriptor pools and blob arenas) is
+    released before the new model is read. Pipelines belong to the PipelineCache and stay.
+    Extractors made before the reload are refused (see :class:`Extractor`).
+    """
 
     def __init__(self, opt: Option | None = None) -> None:
         self.opt = opt or Option()
@@ -110,6 +117,10 @@ class Net:
         self._idle: dict[tuple[Any, ...], list[Plan]] = {}
         self._plan_cond: asyncio.Condition | None = None
         self._closed = False
+        #: Bumped whenever the model changes: an Extractor of an older generation is stale.
+        self._generation = 0
+        self._in_flight = 0
+        self._drained: asyncio.Event | None = None
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -162,6 +173,7 @@ class Net:
             for t in node.tops:
                 producer[t] = i
             nodes.append(node)
+        await self._retire_model()
         self.param = param
         self.nodes = nodes
         self.blob_names = list(param.blob_names)
@@ -179,6 +191,7 @@ class Net:
         """Read weights, then build every pipeline concurrently while weights upload."""
         if self.param is None:
             raise ModelFormatError("load_param must be called before load_model")
+        await self._retire_model()  # reading weights changes the layers the old model runs
         start = time.perf_counter()
         if isinstance(source, (str, os.PathLike)):
             source = expand_path(source)
@@ -484,6 +497,20 @@ class Net:
             raise RuntimeError("load_model must finish before create_extractor")
         return Extractor(self)
 
+    async def _retire_model(self) -> None:
+        """Stop serving the current model: wait for its extractions, then free its device state."""
+        self._generation += 1
+        self.loaded = False
+        while self._in_flight:
+            self._drained = asyncio.Event()
+            await self._drained.wait()
+        self._release_gpu_state()
+
+    def _extraction_done(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._drained is not None:
+            self._drained.set()
+
     def _plan_key(self, shapes: dict[int, tuple[int, ...]], target: int) -> tuple[Any, ...]:
         return (target, tuple(sorted(shapes.items())))
 
@@ -561,6 +588,7 @@ class Net:
         if self._closed:
             return
         self._closed = True
+        self._generation += 1
         self._release_gpu_state()
         if self._owns_cache and self.cache is not None:
             self.cache.close()
@@ -591,14 +619,32 @@ class Net:
 
 
 class Extractor:
-    """One inference's inputs; ``await extract(name)`` runs what that output needs."""
+    """One inference's inputs; ``await extract(name)`` runs what that output needs.
+
+    An extractor belongs to the model that was loaded when it was made. Once the Net loads
+    another (``load_param``/``load_model``) or closes, its ``input`` and ``extract`` raise
+    RuntimeError rather than mix the two models' blobs: make a new one with
+    ``net.create_extractor()``. An ``extract`` already running when the reload starts
+    finishes on the old model.
+    """
 
     def __init__(self, net: Net) -> None:
         self.net = net
+        self._generation = net._generation
         self._inputs: dict[int, np.ndarray] = {}
+
+    def _check_current(self) -> None:
+        if self.net._closed:
+            raise RuntimeError("this Extractor's Net was closed")
+        if self._generation != self.net._generation:
+            raise RuntimeError(
+                "this Extractor was made before the Net loaded another model "
+                "(load_param/load_model); make a new one with net.create_extractor()"
+            )
 
     def input(self, name: str, array: np.ndarray) -> None:
         """Set an input blob: CHW (or any ncnn layout), or NCHW with N == 1."""
+        self._check_current()
         index = self.net.blob_index.get(name)
         if index is None:
             raise KeyError(f"no blob named {name!r} (inputs: {self.net.input_names})")
@@ -611,14 +657,19 @@ class Extractor:
 
     async def extract(self, name: str) -> np.ndarray:
         net = self.net
+        self._check_current()
         target = net.blob_index.get(name)
         if target is None:
             raise KeyError(f"no blob named {name!r} (outputs: {net.output_names})")
-        if not net.use_vulkan:
-            return await net._run_cpu(self._inputs, target)
-        shapes = {b: tuple(a.shape) for b, a in self._inputs.items()}
-        plan = await net._acquire_plan(shapes, target)
+        net._in_flight += 1  # a reload waits for this extraction before freeing its model
         try:
-            return await plan.run(self._inputs)
+            if not net.use_vulkan:
+                return await net._run_cpu(self._inputs, target)
+            shapes = {b: tuple(a.shape) for b, a in self._inputs.items()}
+            plan = await net._acquire_plan(shapes, target)
+            try:
+                return await plan.run(self._inputs)
+            finally:
+                await net._release_plan(plan, shapes, target)
         finally:
-            await net._release_plan(plan, shapes, target)
+            net._extraction_done()
