@@ -343,6 +343,8 @@ def _cmd_cache_ls(args: argparse.Namespace) -> int:
             )
 
     def text() -> None:
+        for problem in directory.problems:
+            print(f"warning: {problem}", file=sys.stderr)
         if not rows:
             print(f"{args.dir}: no cache entries")
         for r in rows:
@@ -353,7 +355,7 @@ def _cmd_cache_ls(args: argparse.Namespace) -> int:
                 f"age {r['age_s']:.0f}s  {r['file']}"
             )
 
-    _print(args, {"dir": args.dir, "entries": rows}, text)
+    _print(args, {"dir": args.dir, "entries": rows, "problems": directory.problems}, text)
     return 0
 
 
@@ -362,7 +364,17 @@ def _cmd_cache_prune(args: argparse.Namespace) -> int:
 
     directory = CacheDirectory(args.dir, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
     result = directory.prune()
-    _print(args, result, lambda: print(f"removed {result['removed_files']} file(s)"))
+
+    def text() -> None:
+        for problem in result["problems"]:
+            print(f"warning: {problem}", file=sys.stderr)
+        for name in result["removed"]:
+            print(f"removed {name}")
+        if result["left"]:
+            print(f"left alone (not asyncvk's): {', '.join(result['left'])}")
+        print(f"removed {result['removed_files']} file(s)")
+
+    _print(args, result, text)
     return 0
 
 

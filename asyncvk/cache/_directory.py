@@ -37,7 +37,7 @@ from typing import Any
 from .._version import __version__
 from ..gpu._identity import DeviceIdentity
 from ._atomic_file import _fsync_dir, _pid_alive, merge_contents, write_atomic
-from ._file_format import decode_cache, describe_cache, encode_cache
+from ._file_format import CacheContents, decode_cache, describe_cache, encode_cache
 from ._index import (
     IndexEntry,
     InvalidIndex,
@@ -383,7 +383,7 @@ class CacheDirectory:
                     ),
                     None,
                 )
-                content = _merged(data, current)
+                content = _merged(data, current, identity)
                 self._write_new(name, content)
                 written = True
                 now = time.time()
@@ -507,17 +507,18 @@ class CacheDirectory:
                 report.left.append(entry.name)
 
 
-def _merged(data: bytes | Build, current: bytes | None) -> bytes:
+def _merged(data: bytes | Build, current: bytes | None, identity: DeviceIdentity) -> bytes:
     """The new file: ``build(current)``, or ``data`` merged with ``current`` (same device)."""
     if callable(data):
         return data(current)
     if current is None:
         return data
-    new_ok, new = decode_cache(data, expected=None, source_hashes=None)
-    old_ok, old = decode_cache(current, expected=None, source_hashes=None)
+    new_ok, new = decode_cache(data, expected=identity, source_hashes=None)
+    old_ok, old = decode_cache(current, expected=identity, source_hashes=None)
     if not (new_ok and old_ok) or new is None or old is None:
         return data
-    return encode_cache(merge_contents(new, old))
+    merged = merge_contents(new, old)
+    return encode_cache(CacheContents(identity, merged.spirv, merged.driver_blob))
 
 
 def model_fingerprint(*sources: object) -> str:

@@ -107,15 +107,15 @@ def _open_lock(path: str) -> int:
     """Open or create a lock file, never through a symlink; read-only access serves flock."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, 0o644)
-    except PermissionError as denied:
+    except OSError as exc:
+        if os.path.islink(path):  # ELOOP, or EACCES where the kernel protects sticky folders
+            raise UnsafePathError(errno.ELOOP, f"lock file {path} is a symbolic link") from None
+        if not isinstance(exc, PermissionError):
+            raise
         try:  # flock needs no write access: a lock file made by another user still serves
             fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
         except OSError:
-            raise denied from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePathError(errno.ELOOP, f"lock file {path} is a symbolic link") from None
-        raise
+            raise exc from None
     try:
         _check_regular(fd, f"lock file {path}")
     except BaseException:
