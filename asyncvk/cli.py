@@ -295,13 +295,17 @@ def _verify(path: str, device_index: int | None) -> dict[str, Any]:
         return {"accepted": False, "reason": "no Vulkan device"}
     with PipelineCache(get_gpu_device(device_index), read_only=True) as cache:
         result = cache.load_cache(path)
-        accepted = bool(result) and result.entries_skipped == 0
+        # what a run would find at first use: a body that is not the shader its key names
+        problems = cache.check_spirv_entries() if result else []
+        accepted = bool(result) and result.entries_skipped == 0 and not problems
         return {
             "accepted": accepted,
-            "reason": result.reason,
-            "entries_used": result.entries_used,
-            "entries_skipped": result.entries_skipped,
-            "skipped": list(result.skipped),
+            "reason": f"SPIR-V entries a run would drop: {len(problems)}"
+            if problems
+            else result.reason,
+            "entries_used": result.entries_used - len(problems),
+            "entries_skipped": result.entries_skipped + len(problems),
+            "skipped": [*result.skipped, *problems],
         }
 
 

@@ -496,6 +496,86 @@ def test_a_name_that_is_not_utf8_skips_that_entry() -> None:
     assert "not UTF-8" in result.skipped[0]
 
 
+# -- entries bound to their keys -------------------------------------------------------------
+
+
+def _records(data: bytes) -> list[tuple[int, int]]:
+    """(offset of the record, offset of its body) of each index record in ``data``."""
+    info = describe_cache(data)
+    record, body = HEADER_SIZE, info["layout"]["spirv_bodies"][0]
+    out = []
+    for entry in info["spirv_entries"]:
+        out.append((record, body))
+        record += ff.ENTRY_SIZE + len(entry["shader"].encode())
+        body += entry["size"]
+    return out
+
+
+def _reseal_index(raw: bytearray) -> bytes:
+    end = describe_cache(bytes(raw))["layout"]["spirv_index"][1]
+    return _patch(bytes(raw), "index_hash", ff._hash16(bytes(raw[HEADER_SIZE:end])))
+
+
+def _body_only_hashes(data: bytes, positions: set[int]) -> bytes:
+    """``data`` with the hashes of the entries at ``positions`` recomputed as format 2 did, over
+    the body alone, and the index hash and header checksum resealed: every whole-file check
+    passes, as in a file whose bodies were moved and whose checksums were then fixed up."""
+    raw = bytearray(data)
+    sizes = [e["size"] for e in describe_cache(data)["spirv_entries"]]
+    for i, ((record, body), size) in enumerate(zip(_records(data), sizes, strict=True)):
+        if i in positions:
+            raw[record + 30 : record + 46] = ff._hash16(bytes(raw[body : body + size]))
+    return _reseal_index(raw)
+
+
+EXCHANGED = [(RELU, ENTRIES[SOFTMAX]), (RELU_FP16, ENTRIES[RELU_FP16]), (SOFTMAX, ENTRIES[RELU])]
+COPIED = [(RELU, ENTRIES[RELU]), (RELU_FP16, ENTRIES[RELU]), (SOFTMAX, ENTRIES[SOFTMAX])]
+
+
+@pytest.mark.parametrize(
+    ("entries", "moved"),
+    [(EXCHANGED, {RELU, SOFTMAX}), (COPIED, {RELU_FP16})],
+    ids=["two_bodies_exchanged", "one_body_copied_over_another"],
+)
+def test_a_body_moved_under_another_key_fails_its_entry_hash(
+    entries: list[tuple[SpirvKey, bytes]], moved: set[SpirvKey]
+) -> None:
+    positions = {i for i, (key, _) in enumerate(entries) if key in moved}
+    data = _body_only_hashes(ff._encode(IDENTITY, entries, driver_blob()), positions)
+    result, contents = _decode(data)
+    assert result and contents is not None, result.reason
+    assert set(contents.spirv) == set(ENTRIES) - moved
+    assert result.entries_skipped == len(moved)
+    for line in result.skipped:
+        assert "checksum mismatch" in line and "another key" in line, line
+    assert contents.spirv == {k: v for k, v in entries if k not in moved}
+
+
+@pytest.mark.parametrize("field", ["name", "option_bits", "source_hash", "macro_hash"])
+def test_the_entry_hash_covers_every_key_field(field: str) -> None:
+    """A key field changed in the index (index hash resealed) no longer matches its entry."""
+    raw = bytearray(DATA)
+    record, _ = _records(DATA)[0]
+    assert raw[record + ff.ENTRY_SIZE : record + ff.ENTRY_SIZE + 4] == b"relu"
+    where = {"name": ff.ENTRY_SIZE, "option_bits": 2, "source_hash": 6, "macro_hash": 14}[field]
+    raw[record + where] ^= 0x01  # "relu" becomes "selu"; a number changes in its low bit
+    result, contents = _decode(_reseal_index(raw), sources=None)
+    assert result and contents is not None, result.reason
+    assert result.entries_used == 2 and "checksum mismatch" in result.skipped[0]
+
+
+def test_a_wrong_body_hashed_under_its_key_is_not_this_layers_to_catch() -> None:
+    """A writer that hashes a wrong body together with the key it files it under makes a file
+    this layer accepts: the check against the shader's interface, at first use, is next."""
+    result, contents = _decode(ff._encode(IDENTITY, EXCHANGED, b""))
+    assert result and contents is not None and result.entries_skipped == 0
+    assert contents.spirv[RELU] == ENTRIES[SOFTMAX]
+
+
+def test_a_format_2_file_is_a_miss_that_names_both_versions() -> None:
+    _rejected(_patch(DATA, "format_version", 2), "format version 2", "this asyncvk reads 3")
+
+
 # -- every byte, exhaustively ----------------------------------------------------------------
 
 

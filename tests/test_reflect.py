@@ -7,6 +7,7 @@ import pytest
 
 from asyncvk import SpirvError
 from asyncvk.shader import compile_glsl, reflect_spirv
+from asyncvk.shader._reflect import GL_COMPUTE, EntryPoint
 
 SOURCE = """#version 450
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
@@ -75,3 +76,56 @@ def test_random_corruption_only_ever_raises_spirv_error() -> None:
             reflect_spirv(bytes(data[:cut]))
         except SpirvError:
             pass
+
+
+# -- entry points and cut-short modules (some drivers crash on these instead of refusing) ----
+
+_OP_ENTRY_POINT, _OP_FUNCTION_END, _OP_LABEL, _OP_RETURN = 15, 56, 248, 253
+
+
+def _instructions(words: list[int]) -> list[tuple[int, int]]:
+    """(offset, opcode) of every instruction after the header."""
+    out, i = [], 5
+    while i < len(words):
+        out.append((i, words[i] & 0xFFFF))
+        i += words[i] >> 16
+    return out
+
+
+def _words(spirv: bytes) -> list[int]:
+    return list(struct.unpack(f"<{len(spirv) // 4}I", spirv))
+
+
+def _pack(words: list[int]) -> bytes:
+    return struct.pack(f"<{len(words)}I", *words)
+
+
+def test_the_entry_point_is_reflected() -> None:
+    info = reflect_spirv(compile_glsl(FIXED))
+    assert info.entry_points == (EntryPoint(GL_COMPUTE, "main"),)
+
+
+def test_a_module_cut_at_an_instruction_boundary_is_an_error() -> None:
+    words = _words(compile_glsl(SOURCE))
+    # every cut from the function's first block on leaves the function open
+    offset = next(i for i, op in _instructions(words) if op == _OP_LABEL)
+    for cut in [offset, offset + 2, len(words) - 1]:
+        with pytest.raises(SpirvError, match="ends inside function"):
+            reflect_spirv(_pack(words[:cut]))
+
+
+def test_a_block_without_a_terminator_is_an_error() -> None:
+    words = _words(compile_glsl(FIXED))
+    ret = max(i for i, op in _instructions(words) if op == _OP_RETURN)
+    words[ret] = (1 << 16) | 0  # OpNop instead of the last OpReturn
+    with pytest.raises(SpirvError, match="unterminated block"):
+        reflect_spirv(_pack(words))
+
+
+def test_an_entry_point_that_names_no_function_is_an_error() -> None:
+    words = _words(compile_glsl(FIXED))
+    entry = next(i for i, op in _instructions(words) if op == _OP_ENTRY_POINT)
+    assert words[entry + 2] != words[3] - 1
+    words[entry + 2] = words[3] - 1  # the highest id: not the function's
+    with pytest.raises(SpirvError, match="which is no function"):
+        reflect_spirv(_pack(words))

@@ -3,13 +3,14 @@
 Layout (little-endian, no padding; ``docs/cache-format.md`` is the full description)::
 
     header       fixed struct; identity, section sizes and hashes; its own checksum at the end
-    SPIR-V index one record per entry: key, body size, body hash      (hashed in the header)
-    SPIR-V bodies the words of each entry, in index order             (each hashed in the index)
+    SPIR-V index one record per entry: key, body size, entry hash     (hashed in the header)
+    SPIR-V bodies the words of each entry, in index order             (key + body in its record)
     driver blob  vkGetPipelineCacheData output; the file ends here     (hashed in the header)
 
-Every byte is covered by exactly one checksum. The header and the index frame the file, so
-damage there rejects the whole file; a body only carries words, so a damaged or outdated body
-is skipped alone and the rest of the file is still used.
+Every byte is covered by a checksum. The header and the index frame the file, so damage there
+rejects the whole file; a body only carries words, so a damaged or outdated body is skipped
+alone and the rest of the file is still used. An entry's hash covers its key as well as its
+body, so a body that ends up under another key (a writer's bug, two bodies exchanged) fails it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..gpu._identity import DeviceIdentity
 from ._keys import SpirvKey
 
 MAGIC = b"AVKPCACH"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 ENDIAN_MARKER = 0x01020304
 POINTER_SIZE = struct.calcsize("P")
 MAX_FILE_SIZE = 256 << 20
@@ -62,9 +63,11 @@ HEADER_FIELDS = (
     "driver_blob_hash",
     "header_hash",
 )
-# name length, option bits, source hash, macro hash, body size, body hash; then the UTF-8 name
+# name length, option bits, source hash, macro hash, body size, entry hash; then the UTF-8 name
 _ENTRY = struct.Struct("<HIQQQ16s")
 ENTRY_SIZE = _ENTRY.size
+# the key fields as the entry hash sees them: name length, option bits, source hash, macro hash
+_ENTRY_KEY = struct.Struct("<HIQQ")
 
 __all__ = (
     "CacheContents",
@@ -80,6 +83,17 @@ __all__ = (
 
 def _hash16(data: bytes | bytearray | memoryview) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def entry_hash(
+    raw_name: bytes, option_bits: int, source_hash: int, macro_hash: int, body: bytes | memoryview
+) -> bytes:
+    """blake2b-128 of an entry's key fields, its name and its body: binds the body to its key."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(_ENTRY_KEY.pack(len(raw_name), option_bits, source_hash, macro_hash))
+    h.update(raw_name)
+    h.update(body)
+    return h.digest()
 
 
 def name_hash(text: str) -> int:
@@ -138,7 +152,7 @@ def encode_cache(contents: CacheContents) -> bytes:
     if reason is not None:
         raise ValueError(f"not writing a driver blob the reader would reject: {reason}")
     for key, words in contents.spirv.items():
-        problem = _body_problem(memoryview(words), None)
+        problem = _body_problem(memoryview(words))
         if problem is not None:
             raise ValueError(f"SPIR-V entry {key.shader!r}: {problem}")
     entries = sorted(
@@ -168,7 +182,7 @@ def _encode(
                 key.source_hash,
                 key.macro_hash,
                 len(words),
-                _hash16(words),
+                entry_hash(name, key.option_bits, key.source_hash, key.macro_hash, words),
             )
         except struct.error as exc:
             raise ValueError(f"SPIR-V key {key} does not fit the file format: {exc}") from None
@@ -431,12 +445,10 @@ def _parse_index(h: Mapping[str, Any], sections: _Sections) -> list[_Record] | s
     return records
 
 
-def _body_problem(body: memoryview, digest: bytes | None) -> str | None:
+def _body_problem(body: memoryview) -> str | None:
     size = len(body)
     if size == 0 or size % 4:
         return f"SPIR-V size {size} is not a positive multiple of 4"
-    if digest is not None and _hash16(body) != digest:
-        return "SPIR-V checksum mismatch (the body is damaged)"
     first = int.from_bytes(body[:4], "little")
     if first != SPIRV_MAGIC:
         return f"not SPIR-V: first word 0x{first:08x}, expected magic 0x{SPIRV_MAGIC:08x}"
@@ -448,7 +460,13 @@ def _record_problem(rec: _Record, source_hashes: Mapping[str, int] | None) -> st
     key = rec.key
     if key is None:
         return "shader name is not UTF-8"
-    problem = _body_problem(rec.body, rec.digest)
+    computed = entry_hash(rec.raw_name, rec.option_bits, rec.source_hash, rec.macro_hash, rec.body)
+    if computed != rec.digest:
+        return (
+            "SPIR-V checksum mismatch: the body is damaged, or it belongs to another key "
+            "(the entry hash covers the key and the body)"
+        )
+    problem = _body_problem(rec.body)
     if problem is not None or source_hashes is None:
         return problem
     current = source_hashes.get(key.shader)
@@ -665,7 +683,7 @@ def describe_cache(data: bytes) -> dict[str, Any]:
                 "source_hash": f"{rec.source_hash:016x}",
                 "macro_hash": f"{rec.macro_hash:016x}",
                 "size": len(rec.body),
-                "body_hash": rec.digest.hex(),
+                "entry_hash": rec.digest.hex(),
                 "status": problem or "ok",
             }
         )

@@ -136,8 +136,12 @@ def merge_with_saved(cache: PipelineCache, existing: bytes | None) -> bytes:
                 {k: v for k, v in old.spirv.items() if k.macro_hash == cache.device_macro_hash}
             )
             merged = current_contents(cache)
-            foreign = {k: v for k, v in old.spirv.items() if k not in merged.spirv}
-            if foreign:  # keep entries for other device macros that share this identity
+            # Keep entries for other device macros that share this identity. This device's
+            # entries that the live cache lacks were dropped as bad: they stay dropped.
+            foreign = {
+                k: v for k, v in old.spirv.items() if k.macro_hash != cache.device_macro_hash
+            }
+            if foreign:
                 merged = CacheContents(
                     merged.identity, {**foreign, **merged.spirv}, merged.driver_blob
                 )

@@ -10,6 +10,9 @@ Concurrency model (what ncnn does with one mutex held through every compile, don
 * SPIR-V compiles are deduplicated the same way, keyed by (shader, option bits, source hash,
   device-macro hash), so 50 pipelines of one shader cost one GLSL compile.
 * A failure reaches every waiter and is not cached; the next request builds again.
+* SPIR-V adopted from a cache file is checked against its shader's declared interface before
+  its first use, and a creation that fails on cached content (a body, the driver blob) drops
+  that content and builds from source: a cache file can cost time, never a run.
 * Only ``vkCreateComputePipelines`` is serialised, and only on drivers flagged
   ``serialize_pipeline_creation``.
 """
@@ -17,6 +20,7 @@ Concurrency model (what ncnn does with one mutex held through every compile, don
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import threading
@@ -28,10 +32,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from .. import _vk
-from .._errors import CacheMissError
+from .._errors import CacheMissError, PipelineError, SpirvError, VulkanError
 from ..gpu._device import VulkanDevice, get_gpu_device
 from ..gpu._pipeline import PipelineArtifact, SpecValue, create_pipeline
 from ..shader._compiler import TargetEnv, compile_glsl
+from ..shader._interface import declared_interface, interface_mismatch
 from ..shader._options import (
     ShaderOptions,
     device_macros,
@@ -57,6 +62,8 @@ _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 Pipeline = PipelineArtifact
+#: What creating a pipeline raises when the SPIR-V or the driver blob it was given is bad.
+_CONTENT_ERRORS = (SpirvError, PipelineError, VulkanError)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,10 @@ class CacheStatistics:
     driver_cache_hits: int = 0
     driver_cache_misses: int = 0
     failures: int = 0
+    #: Cached SPIR-V entries dropped because they failed a check or pipeline creation.
+    spirv_rejected: int = 0
+    #: Times a loaded driver blob made pipeline creation fail, and was replaced by an empty one.
+    driver_cache_resets: int = 0
     entries: int = 0
     spirv_entries: int = 0
     in_flight: int = 0
@@ -137,7 +148,12 @@ class PipelineCache:
         self._pipelines = _SingleFlight()
         self._spirv_flight = _SingleFlight()
         self._spirv: dict[SpirvKey, bytes] = {}
-        self._spirv_info: dict[SpirvKey, ShaderInfo] = {}
+        self._spirv_info: dict[SpirvKey, ShaderInfo] = {}  # only entries checked or compiled
+        self._spirv_compiled: dict[SpirvKey, bytes] = {}  # compiled by this process
+        self._rejected_spirv: set[tuple[SpirvKey, bytes]] = set()  # never adopted again
+        self._merged_blobs: set[bytes] = set()  # blake2b of each driver blob merged
+        self._refused_blobs: set[bytes] = set()  # blobs that broke pipeline creation
+        self._retired_vk_caches: list[Any] = []  # replaced, destroyed on close
         self._stats: dict[str, float] = dict.fromkeys(CacheStatistics.__dataclass_fields__, 0)
         self._macros = device_macros(self.device.info)
         self._macro_hash = macro_hash(self._macros)
@@ -188,9 +204,17 @@ class PipelineCache:
         return bytes(ffi.buffer(data, size[0]))
 
     def merge_driver_blob(self, blob: bytes) -> None:
-        """Merge a validated blob into the live VkPipelineCache (vkMergePipelineCaches)."""
+        """Merge a validated blob into the live VkPipelineCache (vkMergePipelineCaches).
+
+        A blob that already broke pipeline creation in this process is not merged again.
+        """
         if self.vk_cache is None or not blob:
             return
+        digest = hashlib.blake2b(blob, digest_size=16).digest()
+        if digest in self._refused_blobs:
+            log.info("not merging a driver blob that broke pipeline creation in this process")
+            return
+        self._merged_blobs.add(digest)
         temp = self._create_vk_cache(blob)
         try:
             sources = ffi.new("VkPipelineCache[1]", [temp])
@@ -291,11 +315,13 @@ class PipelineCache:
             spirv = self._spirv.get(key)
             if spirv is None:
                 return None
-            self._stats["spirv_hits"] += 1
             info = self._spirv_info.get(key)
-            if info is None:
-                info = reflect_spirv(spirv)
-                self._spirv_info[key] = info
+            if info is None:  # adopted from a file: checked once, before its first use
+                checked = self._check_adopted(key, spirv)
+                if isinstance(checked, str):
+                    return None
+                info = checked
+            self._stats["spirv_hits"] += 1
             return spirv, info
 
         def build() -> tuple[bytes, ShaderInfo]:
@@ -315,6 +341,7 @@ class PipelineCache:
             with self._lock:
                 self._spirv[key] = spirv
                 self._spirv_info[key] = info
+                self._spirv_compiled[key] = spirv
                 self.generation += 1
                 self._stats["spirv_compiles"] += 1
                 self._stats["glsl_seconds"] += seconds
@@ -347,6 +374,58 @@ class PipelineCache:
             self._spirv_flight.running.pop(key, None)
         running.set_result(result)
         return result
+
+    def _check_adopted(self, key: SpirvKey, spirv: bytes) -> ShaderInfo | str:
+        """Reflect an adopted entry and check it against its shader's declared interface.
+
+        Returns its ShaderInfo, or why it was dropped (the caller then compiles). Holds _lock.
+        """
+        try:
+            info = reflect_spirv(spirv)
+        except SpirvError as exc:
+            problem = str(exc)
+        else:
+            declared = declared_interface(self.registry.get(key.shader).source)
+            mismatch = interface_mismatch(info, declared)
+            if mismatch is None:
+                self._spirv_info[key] = info
+                return info
+            problem = f"not the shader its key names: {mismatch}"
+        self._drop_spirv_locked(key, spirv, problem)
+        return problem
+
+    def _drop_spirv_locked(self, key: SpirvKey, spirv: bytes, reason: str) -> None:
+        """Forget a bad cached body, so nothing uses or saves it again. Holds ``_lock``."""
+        self._rejected_spirv.add((key, spirv))
+        if self._spirv.get(key) != spirv:
+            return  # another thread already dropped it (and maybe compiled a good one)
+        del self._spirv[key]
+        self._spirv_info.pop(key, None)
+        self._stats["spirv_rejected"] += 1
+        self.generation += 1  # a save now writes the file without it
+        log.warning(
+            "cached SPIR-V of shader %r [option bits 0x%x] rejected, compiling it from source: %s",
+            key.shader,
+            key.option_bits,
+            reason,
+        )
+
+    def check_spirv_entries(self) -> list[str]:
+        """Check every adopted entry not used yet, as its first use would; drop the bad ones.
+
+        Returns one line per dropped entry (``asyncvk cache verify`` reports them).
+        """
+        problems = []
+        with self._lock:
+            for key, spirv in list(self._spirv.items()):
+                if key in self._spirv_info or key.shader not in self.registry:
+                    continue
+                checked = self._check_adopted(key, spirv)
+                if isinstance(checked, str):
+                    problems.append(
+                        f"SPIR-V of {key.shader!r} [option bits 0x{key.option_bits:x}]: {checked}"
+                    )
+        return problems
 
     # -- pipelines ---------------------------------------------------------------------------
 
@@ -454,25 +533,83 @@ class PipelineCache:
 
         requested = time.perf_counter()
 
-        def build() -> PipelineArtifact:
-            started = time.perf_counter()
-            spirv, info = self._builtin_spirv(shader, options)
-            spirv_done = time.perf_counter()
-            artifact = create_pipeline(
+        def create(spirv: bytes, info: ShaderInfo, vk_cache: Any) -> PipelineArtifact:
+            return create_pipeline(
                 self.device,
                 spirv,
                 info,
                 specs,
                 local_size,
                 subgroup_size=subgroup_size,
-                pipeline_cache=self.vk_cache,
+                pipeline_cache=vk_cache,
                 name=shader,
                 baked_push=baked,
             )
+
+        def build() -> PipelineArtifact:
+            started = time.perf_counter()
+            spirv, info = self._builtin_spirv(shader, options)
+            spirv_done = time.perf_counter()
+            artifact = self._create_or_rebuild(shader, options, spirv, info, create)
             self._log_build(artifact, requested, started, spirv_done - started)
             return artifact
 
         return self._request(digest, build)
+
+    def _create_or_rebuild(
+        self,
+        shader: str,
+        options: ShaderOptions,
+        spirv: bytes,
+        info: ShaderInfo,
+        create: Callable[[bytes, ShaderInfo, Any], PipelineArtifact],
+    ) -> PipelineArtifact:
+        """``create``, and when it fails on what a cache file gave, again without it.
+
+        A cached body that fails is dropped and compiled from source; if creation still fails
+        and a loaded driver blob may be to blame, it is tried without the driver cache, and if
+        that works the driver cache is replaced by an empty one. An error that remains is real.
+        """
+        key = self.spirv_key(shader, options)
+        try:
+            return create(spirv, info, self.vk_cache)
+        except _CONTENT_ERRORS as exc:
+            with self._lock:
+                adopted = self._spirv_compiled.get(key) != spirv
+                if adopted:
+                    self._drop_spirv_locked(key, spirv, f"creating a pipeline failed: {exc}")
+            if not adopted and not self.driver_blob_loaded:
+                raise
+            error = exc
+        if adopted:
+            spirv, info = self._builtin_spirv(shader, options)
+            try:
+                return create(spirv, info, self.vk_cache)
+            except _CONTENT_ERRORS as exc:
+                if not self.driver_blob_loaded:
+                    raise
+                error = exc
+        try:
+            artifact = create(spirv, info, None)
+        except _CONTENT_ERRORS:
+            raise error from None
+        self._reset_driver_cache(f"{shader!r} failed with it ({error}) and worked without")
+        return artifact
+
+    def _reset_driver_cache(self, reason: str) -> None:
+        """Replace the live VkPipelineCache by an empty one and never merge its blobs again.
+
+        The old cache may still be in use by another build, so it is destroyed only on close.
+        """
+        fresh = self._create_vk_cache(b"")
+        with self._lock:
+            old, self.vk_cache = self.vk_cache, fresh
+            self._retired_vk_caches.append(old)
+            self._refused_blobs |= self._merged_blobs
+            self.driver_blob_loaded = False
+            self._stats["driver_cache_resets"] += 1
+            self.generation += 1  # a save now writes the driver's new blob over the bad one
+        log.warning("dropped the loaded driver pipeline cache: %s", reason)
 
     def request_spirv(
         self,
@@ -574,6 +711,8 @@ class PipelineCache:
             for key, spirv in entries.items():
                 if key.macro_hash != self._macro_hash or key in self._spirv:
                     continue
+                if (key, spirv) in self._rejected_spirv:
+                    continue  # dropped as bad in this process: the file still holds it
                 self._spirv[key] = spirv
                 added += 1
         return added
@@ -627,6 +766,10 @@ class PipelineCache:
         self.clear()
         with self._lock:
             self.closed = True
+        for retired in self._retired_vk_caches:
+            vk.vkDestroyPipelineCache(self.device.handle, retired, None)
+            self.device.track("pipeline_cache", -1)
+        self._retired_vk_caches = []
         if self.vk_cache is not None:
             vk.vkDestroyPipelineCache(self.device.handle, self.vk_cache, None)
             self.device.track("pipeline_cache", -1)

@@ -1,8 +1,9 @@
 """SPIR-V reflection without external tools: what a pipeline layout needs from a shader.
 
-Reads the instruction stream once and resolves descriptor bindings, the push-constant block
-size, specialization constant ids and the declared local size. Any malformed input raises
-SpirvError naming the word offset, never an IndexError.
+Reads the instruction stream once and resolves the entry points, descriptor bindings, the
+push-constant block size, specialization constant ids and the declared local size. Any malformed
+input raises SpirvError naming the word offset, never an IndexError; so does a module whose
+functions are cut short (a truncated body), which some drivers crash on instead of refusing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ SPIRV_MAGIC = 0x07230203
 
 # opcodes
 _OP_NAME = 5
+_OP_ENTRY_POINT = 15
 _OP_EXECUTION_MODE = 16
 _OP_TYPE_BOOL = 20
 _OP_TYPE_INT = 21
@@ -35,7 +37,16 @@ _OP_SPEC_CONSTANT = 50
 _OP_VARIABLE = 59
 _OP_DECORATE = 71
 _OP_MEMBER_DECORATE = 72
+_OP_FUNCTION = 54
+_OP_FUNCTION_END = 56
+_OP_LABEL = 248
 _OP_EXECUTION_MODE_ID = 331
+# block terminators: Branch, BranchConditional, Switch, Kill, Return, ReturnValue, Unreachable,
+# TerminateInvocation, IgnoreIntersectionKHR, TerminateRayKHR, EmitMeshTasksEXT
+_TERMINATORS = frozenset((249, 250, 251, 252, 253, 254, 255, 4416, 4448, 4449, 5294))
+
+#: Execution model of compute shaders (``OpEntryPoint GLCompute``).
+GL_COMPUTE = 5
 
 # decorations
 _DEC_SPEC_ID = 1
@@ -70,6 +81,13 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class EntryPoint:
+    #: SPIR-V execution model (5 = GLCompute).
+    model: int
+    name: str
+
+
+@dataclass(frozen=True)
 class ShaderInfo:
     """What a shader declares, as a pipeline layout and a dispatch need it."""
 
@@ -79,6 +97,8 @@ class ShaderInfo:
     local_size: tuple[int, int, int]
     #: Spec ids that set the local size (``local_size_x_id = ...``), or None when fixed.
     local_size_ids: tuple[int, int, int] | None
+    #: The module's entry points, in order (a compiled compute shader has one: GLCompute main).
+    entry_points: tuple[EntryPoint, ...] = ()
 
     @property
     def binding_count(self) -> int:
@@ -131,6 +151,11 @@ def reflect_spirv(spirv: bytes) -> ShaderInfo:
     spec_constant_values: dict[int, int] = {}
     local_size = (1, 1, 1)
     local_size_id_operands: tuple[int, int, int] | None = None
+    entry_points: list[tuple[int, int, str]] = []  # (model, function id, name)
+    functions: set[int] = set()
+    function: int | None = None  # the function being read, with where it started
+    function_at = 0
+    in_block = False
 
     i = 5
     while i < n:
@@ -141,7 +166,29 @@ def reflect_spirv(spirv: bytes) -> ShaderInfo:
         if i + count > n:
             raise SpirvError(f"opcode {op} runs past the end ({count} words)", i)
         argc = count - 1
-        if op == _OP_DECORATE:
+        if function is not None:
+            if op == _OP_LABEL:
+                if in_block:
+                    raise SpirvError("a block starts before the previous one was terminated", i)
+                in_block = True
+            elif op in _TERMINATORS:
+                in_block = False
+            elif op == _OP_FUNCTION_END:
+                if in_block:
+                    raise SpirvError(f"function {function} ends inside an unterminated block", i)
+                function = None
+            elif op == _OP_FUNCTION:
+                raise SpirvError(f"function starts inside function {function}", i)
+        elif op == _OP_FUNCTION:
+            _type, function, *_ = reader.operands(i, argc, 4, op)
+            functions.add(function)
+            function_at = i
+        elif op == _OP_FUNCTION_END:
+            raise SpirvError("OpFunctionEnd outside a function", i)
+        if op == _OP_ENTRY_POINT:
+            model, target, *_ = reader.operands(i, argc, 3, op)
+            entry_points.append((model, target, _string(words[i + 3 : i + count], i)))
+        elif op == _OP_DECORATE:
             target, deco, *rest = reader.operands(i, argc, 2, op)
             decorations.setdefault(target, {})[deco] = rest[0] if rest else 1
             if deco == _DEC_SPEC_ID:
@@ -196,6 +243,11 @@ def reflect_spirv(spirv: bytes) -> ShaderInfo:
             reader.operands(i, argc, 1, op)
             _string(words[i + 2 : i + count], i)
         i += count
+    if function is not None:
+        raise SpirvError(f"the module ends inside function {function} (truncated?)", function_at)
+    for _model, target, name in entry_points:
+        if target not in functions:
+            raise SpirvError(f"entry point {name!r} names id {target}, which is no function")
 
     def size_of(type_id: int, depth: int = 0) -> int:
         if depth > 32 or type_id not in types:
@@ -258,6 +310,7 @@ def reflect_spirv(spirv: bytes) -> ShaderInfo:
         specialization_ids=tuple(sorted(set(spec_ids))),
         local_size=local_size,
         local_size_ids=local_size_ids,
+        entry_points=tuple(EntryPoint(model, name) for model, _, name in entry_points),
     )
 
 
