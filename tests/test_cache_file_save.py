@@ -414,15 +414,16 @@ class TestSaveMerged:
 
         def build(existing: bytes | None) -> bytes:
             seen.append(existing)
-            return b"v%d" % len(seen)
+            return b"AVKPCACH v%d" % len(seen)  # the cache magic: a file save_merged may replace
 
         save_merged(path, build)
         save_merged(path, build)
-        assert seen == [None, b"v1"] and path.read_bytes() == b"v2"
+        assert seen == [None, b"AVKPCACH v1"] and path.read_bytes() == b"AVKPCACH v2"
 
     def test_an_oversized_or_unreadable_current_file_reads_as_none(self, tmp_path: Path) -> None:
         path = tmp_path / "x.vkcache"
         with open(path, "wb") as f:
+            f.write(b"AVKPCACH")  # a cache file by its magic, 2 GiB long
             f.truncate(2 << 30)
         seen: list[bytes | None] = []
 

@@ -55,6 +55,7 @@ def test_sigkill_while_saving_leaves_old_or_new_file(tmp_path: Path) -> None:
         time.sleep(0.05 + 0.07 * round_)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
         assert _valid(path), f"round {round_}: the file is torn"
     leftovers = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     # a killed writer may leave its temp file (never the target); it is never mistaken for it

@@ -164,10 +164,8 @@ def replace_refusal(path: str | os.PathLike[str]) -> str | None:
     name = os.fspath(path)
     try:
         st = os.lstat(name)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"{name} cannot be examined ({exc.strerror or exc})"
+    except OSError:
+        return None  # absent, or unreachable: the write itself then fails and says why
     if not stat.S_ISREG(st.st_mode):
         return f"{name} is {_kind(st.st_mode)}, not a cache file; asyncvk will not replace it"
     if st.st_size == 0:
