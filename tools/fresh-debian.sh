@@ -90,7 +90,6 @@ cleanup() {
     say "kept the root: $root"
   else
     rm -rf "$work"
-    say "removed the root"
   fi
   exit "$status"
 }
