@@ -10,6 +10,12 @@ from ._errors import (
     DeviceLostError as DeviceLostError,
 )
 from ._errors import (
+    InputError as InputError,
+)
+from ._errors import (
+    InputTooLargeError as InputTooLargeError,
+)
+from ._errors import (
     ModelFormatError as ModelFormatError,
 )
 from ._errors import (
@@ -64,6 +70,8 @@ __all__ = (
     "get_gpu_info",
     "CacheMissError",
     "DeviceLostError",
+    "InputError",
+    "InputTooLargeError",
     "ModelFormatError",
     "NoDeviceError",
     "OutOfDeviceMemoryError",

@@ -11,7 +11,9 @@
     ├── SpirvError                    SPIR-V words that cannot be reflected (attribute: offset)
     ├── PipelineError                 a pipeline request that cannot be served (bad spec count)
     ├── CacheMissError                must-hit mode saw a pipeline that had to be compiled
-    └── ModelFormatError              a malformed .param/.bin (attributes: file, line, layer)
+    ├── ModelFormatError              a malformed .param/.bin (attributes: file, line, layer)
+    └── InputError                    an input that cannot be used as given (also a ValueError)
+        └── InputTooLargeError        its bytes, or its plan's, are over a limit (nbytes, limit)
 
 A bad cache *file* is never an exception: it is a cache miss with a reason.
 """
@@ -95,3 +97,17 @@ class ModelFormatError(AsyncVkError):
         self.line = line
         self.layer = layer
         self.detail = message
+
+
+class InputError(AsyncVkError, ValueError):
+    """An input that cannot be used as given: a .npy whose header and length disagree, a bad
+    shape. A ValueError too, so code that caught ValueError for bad inputs still does."""
+
+
+class InputTooLargeError(InputError):
+    """An input (or the plan its shape needs) over a size limit, refused before allocating."""
+
+    def __init__(self, message: str, *, nbytes: int, limit: int) -> None:
+        super().__init__(message)
+        self.nbytes = nbytes
+        self.limit = limit

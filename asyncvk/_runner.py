@@ -4,6 +4,7 @@ the user asked for, time each phase, and report in one JSON-ready dict."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ._input_limits import check_input_size, load_npy_file
 from .cache._pipeline_cache import PipelineCache
 from .net._net import Net
 from .net._option import Option
@@ -149,10 +151,12 @@ async def close_net(opened: OpenNet, *, save: bool = True) -> dict[str, Any]:
 
 
 def load_npy(spec: str) -> tuple[str, np.ndarray]:
+    """``NAME=FILE.npy``: its header is checked against the file's length and the limits
+    (:mod:`asyncvk._input_limits`) before the array is allocated."""
     name, _, path = spec.partition("=")
     if not name or not path:
         raise ValueError(f"expected NAME=FILE.npy, got {spec!r}")
-    return name, np.load(path)
+    return name, load_npy_file(spec, path)
 
 
 def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
@@ -164,6 +168,30 @@ def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     if not name or not shape:
         raise ValueError(f"expected NAME=C,H,W, got {spec!r}")
     return name, shape
+
+
+def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=C,H,W`` for an input that will be allocated: refused over the limits first."""
+    name, shape = parse_shape(spec)
+    check_input_size(spec, shape)
+    return name, shape
+
+
+def memory_peaks(opened: OpenNet) -> dict[str, Any]:
+    """Peak host RSS, and the device memory asyncvk reserved (its allocator keeps every block
+    until the Net closes, so what it holds now is its peak); None where not known."""
+    peaks: dict[str, Any] = {"peak_host_rss_bytes": None, "device_memory_reserved_bytes": None}
+    try:
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peaks["peak_host_rss_bytes"] = rss if sys.platform == "darwin" else rss * 1024
+    except ImportError:  # Windows
+        pass
+    net = opened.net
+    if net.use_vulkan and net.device is not None:
+        peaks["device_memory_reserved_bytes"] = net.device.allocator.stats()["reserved_bytes"]
+    return peaks
 
 
 def default_output(net: Net) -> str:

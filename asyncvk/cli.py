@@ -123,7 +123,7 @@ def _refuse_unsafe_cache_target(path: str | None) -> None:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    from ._runner import cache_counters, close_net, default_output, load_npy, open_net
+    from ._runner import cache_counters, close_net, default_output, load_npy, memory_peaks, open_net
 
     inputs = [load_npy(s) for s in args.input]
     outputs = [s.partition("=") for s in args.output]
@@ -144,6 +144,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             report["load_param_s"] + report["load_model_s"] + report["infer_s"]
         )
         report.update(cache_counters(opened))
+        report.update(memory_peaks(opened))
         for name, _, path in outputs:
             if path:
                 np.save(path, results[name])
@@ -173,6 +174,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         print(f"inference     {report['infer_s'] * 1000:9.1f} ms")
         print(f"first result  {report['time_to_first_result_s'] * 1000:9.1f} ms")
+        rss, device = report["peak_host_rss_bytes"], report["device_memory_reserved_bytes"]
+        if rss is not None:
+            dev = f", device {device / 2**20:.0f} MiB reserved" if device is not None else ""
+            print(f"peak memory   host RSS {rss / 2**20:.0f} MiB{dev}")
         for name, o in report["outputs"].items():
             print(f"output {name}: shape {o['shape']} mean {o['mean']:.6g}")
 
@@ -181,9 +186,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
-    from ._runner import cache_counters, close_net, default_output, open_net, parse_shape
+    from ._runner import cache_counters, close_net, default_output, open_net, parse_input_shape
 
-    shapes = [parse_shape(s) for s in args.shape]
+    shapes = [parse_input_shape(s) for s in args.shape]
     if not shapes:
         raise ValueError("bench needs at least one --shape NAME=C,H,W")
     opened = await open_net(_config(args))
@@ -192,7 +197,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         net = opened.net
         target = args.output or default_output(net)
         rng = np.random.default_rng(0)
-        feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes}
+        feeds = {n: rng.standard_normal(s, dtype=np.float32) for n, s in shapes}
 
         async def once() -> float:
             ex = net.create_extractor()
@@ -237,15 +242,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 async def _warm(args: argparse.Namespace) -> dict[str, Any]:
-    from ._runner import cache_counters, close_net, default_output, open_net, parse_shape
+    from ._runner import cache_counters, close_net, default_output, open_net, parse_input_shape
 
     if not args.cache and not args.cache_dir:
         raise ValueError("cache warm needs --cache FILE or --cache-dir DIR --graph-key KEY")
+    shapes = [parse_input_shape(s) for s in args.shape]
     opened = await open_net(_config(args))
     report = opened.report
     try:
         net = opened.net
-        shapes = [parse_shape(s) for s in args.shape]
         if shapes:
             ex = net.create_extractor()
             for n, s in shapes:
@@ -427,7 +432,7 @@ def _cmd_shapehint(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from ._runner import parse_shape
+    from ._runner import parse_input_shape
     from ._server import run_server
 
     if bool(args.cache_dir) != bool(args.graph_key):
@@ -441,7 +446,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         graph_key=args.graph_key,
         device=args.device,
         max_body=args.max_body,
-        warm_up=dict(parse_shape(s) for s in args.warm_up),
+        warm_up=dict(parse_input_shape(s) for s in args.warm_up),
     )
     return 0
 
@@ -569,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (AsyncVkError, OSError, ValueError, KeyError) as exc:
+    except (AsyncVkError, OSError, ValueError, KeyError, MemoryError) as exc:
         if args.debug:
             raise
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

@@ -21,6 +21,7 @@ import anyio
 import numpy as np
 
 from .._errors import AsyncVkError
+from .._input_limits import check_plan_fits
 from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer, MemoryKind
 from ..layers._vulkan import GpuBlob
@@ -232,6 +233,7 @@ class Plan:
         self.sum_blob_bytes = sum(st.nbytes for st in storages.values())
         self.peak_bytes = _assign_offsets(list(storages.values()), net.device.allocator.alignment)
         if storages:
+            self._check_fits(self.peak_bytes)
             self.arena = net.device.allocate(max(self.peak_bytes, 4))
             for b, st in storages.items():
                 self._views[b] = self.arena.sub(st.offset, st.nbytes)
@@ -240,6 +242,15 @@ class Plan:
         for step in steps:
             if isinstance(step, _Segment):
                 step.recorder = self._record(step, host_visible)
+
+    def _check_fits(self, nbytes: int) -> None:
+        info = self.net.device.info
+        check_plan_fits(
+            nbytes,
+            device_heap=info.device_local_heap_bytes,
+            unified_memory=info.unified_memory,
+            inputs=str({self.net.blob_names[b]: s for b, s in self.input_shapes.items()}),
+        )
 
     def _nbytes(self, shape: Shape) -> int:
         return max(4, math.prod(shape) * self.dtype.itemsize)
