@@ -118,14 +118,15 @@ else
 fi
 
 # What any installed machine has but debootstrap does not write: apt sources with updates and
-# security, name resolution, and /etc/hosts.
+# security, name resolution, and /etc/hosts with this host's name (the root shares it).
 cat >"$root/etc/apt/sources.list" <<EOF
 deb $mirror $SUITE main
 deb $mirror $SUITE-updates main
 deb $security $SUITE-security main
 EOF
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' \
+  "$(hostname)" >"$root/etc/hosts"
 
 # The network's trust, like resolv.conf: where this machine trusts CAs beyond Debian's (an
 # intercepting proxy's), the root trusts them too, installed as an admin would, and pip (whose
