@@ -10,6 +10,14 @@ run of a shape pays for its plan and, on lavapipe, for compiling every shader, 0
 test models, so the warm-up keeps that off the first request). Requests share the Net (each
 makes its own extractor), the cache folder saves in the background after loading and is flushed
 at shutdown, off the request path.
+
+A malformed or hostile request gets a 4xx with a one-line JSON message and leaves no traceback:
+a .npy body is checked against its header and the size limits before it is allocated
+(:mod:`asyncvk._input_limits`: 400 when they disagree, 413 when it is too large), a body that
+does not arrive whole within ``body_timeout`` is a 408, and a client that goes away mid-body is
+one debug line and a count in ``asyncvk_client_disconnects_total``, not an error. JSON has no
+NaN or Infinity: a JSON request holding them is a 400, and non-finite outputs are written as
+``null``, with their count in the reply's ``non_finite`` field.
 """
 
 from __future__ import annotations
@@ -20,23 +28,27 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError, PayloadEncodingError
 
-from ._errors import AsyncVkError
+from ._errors import AsyncVkError, InputTooLargeError
+from ._input_limits import check_input_size, load_npy_bytes
 from .net._net import Net
 from .net._option import Option
 
 log = logging.getLogger("asyncvk.serve")
+T = TypeVar("T")
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 JSON_LIMIT = 1 << 20  # values in a JSON request
 # json.loads holds the GIL even in a worker thread, so the JSON body size bounds the event loop's
 # stall (about 20 ms per MiB); bigger inputs belong in .npy, which parses without that cost.
 JSON_BODY_LIMIT = 4 << 20
+BODY_TIMEOUT = 30.0  # seconds for a whole request body (serve --body-timeout)
 
 
 class ServerState:
@@ -52,6 +64,7 @@ class ServerState:
         self.buckets = [0] * len(BUCKETS)
         self.latency_sum = 0.0
         self.latency_count = 0
+        self.disconnects = 0
 
     def observe(self, seconds: float) -> None:
         self.latency_sum += seconds
@@ -63,6 +76,7 @@ class ServerState:
 
 NET_KEY: web.AppKey[Net] = web.AppKey("net", Net)
 STATE_KEY: web.AppKey[ServerState] = web.AppKey("state", ServerState)
+BODY_TIMEOUT_KEY: web.AppKey[float] = web.AppKey("body_timeout", float)
 
 
 class RequestError(Exception):
@@ -73,47 +87,85 @@ class RequestError(Exception):
         self.status = status
 
 
+class ClientGone(Exception):
+    """The client closed the connection before its body arrived: nobody to answer."""
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
-async def _body(request: web.Request) -> bytes:
-    """The whole body; over ``client_max_size`` is a 413 with a JSON message, not aiohttp's text."""
+async def _read(
+    request: web.Request, read: Callable[[], Awaitable[T]], what: str, deadline: float
+) -> T:
+    """``await read()`` for a body or a part, by ``deadline`` (the loop's clock); a body over
+    ``client_max_size`` is a 413 with a JSON message, not aiohttp's text."""
     try:
-        return await request.read()
+        async with asyncio.timeout_at(deadline):
+            return await read()
     except web.HTTPRequestEntityTooLarge:
         raise RequestError(
-            413, f"request body over {request.client_max_size} bytes (server --max-body)"
+            413, f"{what} over {request.client_max_size} bytes (server --max-body)"
         ) from None
+    except TimeoutError:
+        timeout = request.app[BODY_TIMEOUT_KEY]
+        raise RequestError(
+            408, f"request body not received within {timeout:g} s (server --body-timeout)"
+        ) from None
+    except (ConnectionError, PayloadEncodingError) as exc:  # reset, or EOF before the end
+        raise ClientGone(f"{type(exc).__name__}: {exc}") from None
+    except HttpProcessingError as exc:  # a multipart part's malformed headers
+        raise RequestError(400, f"{what}: {' '.join(str(exc).split())}") from None
 
 
-def _npy(data: bytes) -> np.ndarray:
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ValueError(f"body is not a valid .npy file: {exc}") from None
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiu":
-        raise ValueError(f"dtype {getattr(array, 'dtype', '?')} is not a real number type")
-    return array
+class _NonFiniteJson(ValueError):
+    """NaN, Infinity or -Infinity: Python's json reads them, but they are not JSON."""
+
+
+def _no_constants(name: str) -> float:
+    raise _NonFiniteJson(f"JSON input holds {name}: JSON has no non-finite numbers (send .npy)")
 
 
 def _json_inputs(body: bytes) -> dict[str, np.ndarray]:
     """Parse and convert off the event loop (bounded by JSON_BODY_LIMIT: it holds the GIL)."""
     try:
-        raw = json.loads(body)["inputs"]
-        inputs = {str(k): np.asarray(v, dtype=np.float32) for k, v in raw.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raw = json.loads(body, parse_constant=_no_constants)["inputs"]
+        with np.errstate(over="ignore"):  # 1e39 becomes inf, refused below
+            inputs = {str(k): np.asarray(v, dtype=np.float32) for k, v in raw.items()}
+    except _NonFiniteJson:
+        raise
+    except RecursionError:
+        raise ValueError("JSON nested too deeply: expected arrays of up to 4 dims") from None
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
         raise ValueError(f'expected JSON {{"inputs": {{"name": [...]}}}}: {exc}') from None
     if sum(a.size for a in inputs.values()) > JSON_LIMIT:
         raise ValueError(f"JSON inputs over {JSON_LIMIT} values: send .npy")
+    for name, array in inputs.items():
+        if not np.isfinite(array).all():
+            raise ValueError(f"JSON input {name!r} holds a number beyond float32's range")
     return inputs
 
 
 def _encode(result: np.ndarray, output: str, encoding: str) -> tuple[bytes, str]:
-    """The reply body, off the event loop (a JSON reply still holds the GIL: use .npy for big)."""
+    """The reply body, off the event loop (a JSON reply still holds the GIL: use .npy for big).
+
+    JSON has no NaN or Infinity: non-finite outputs are written as ``null`` and counted in
+    ``non_finite``, so the reply always parses.
+    """
     if encoding == "json":
-        payload = {"outputs": {output: result.tolist()}, "shape": list(result.shape)}
-        return json.dumps(payload).encode(), "application/json"
+        finite = np.isfinite(result)
+        non_finite = int(finite.size - np.count_nonzero(finite))
+        values = result.tolist()
+        if non_finite:
+            cells = result.astype(object)
+            cells[~finite] = None
+            values = cells.tolist()
+        payload = {
+            "outputs": {output: values},
+            "shape": list(result.shape),
+            "non_finite": non_finite,
+        }
+        return json.dumps(payload, allow_nan=False).encode(), "application/json"
     buf = io.BytesIO()
     np.save(buf, result)
     return buf.getvalue(), "application/x-npy"
@@ -122,28 +174,27 @@ def _encode(result: np.ndarray, output: str, encoding: str) -> tuple[bytes, str]
 async def _inputs(request: web.Request, net: Net) -> tuple[dict[str, np.ndarray], str]:
     """The request's inputs by blob name, and the reply encoding ("npy" or "json")."""
     kind = request.content_type
+    deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
     if kind == "application/x-npy":
         names = net.input_names
         if len(names) != 1:
             raise ValueError(f"the model has inputs {names}: send multipart/form-data")
-        body = await _body(request)
-        return {names[0]: await asyncio.to_thread(_npy, body)}, "npy"
+        body = await _read(request, request.read, "request body", deadline)
+        return {names[0]: await asyncio.to_thread(load_npy_bytes, names[0], body, "body")}, "npy"
     if kind == "multipart/form-data":
         inputs: dict[str, np.ndarray] = {}
         reader = await request.multipart()
-        async for part in reader:
+        while True:
+            part = await _read(request, reader.next, "a part", deadline)
+            if part is None:
+                break
             if not isinstance(part, BodyPartReader) or part.name is None:
                 raise ValueError("each multipart part must be one .npy file named after an input")
-            try:
-                data = await part.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise RequestError(
-                    413, f"a part over {request.client_max_size} bytes (server --max-body)"
-                ) from None
-            inputs[part.name] = await asyncio.to_thread(_npy, data)
+            data = await _read(request, part.read, "a part", deadline)
+            inputs[part.name] = await asyncio.to_thread(load_npy_bytes, part.name, data, "part")
         return inputs, "npy"
     if kind == "application/json":
-        body = await _body(request)
+        body = await _read(request, request.read, "request body", deadline)
         if len(body) > JSON_BODY_LIMIT:
             raise RequestError(413, f"JSON bodies over {JSON_BODY_LIMIT} bytes: send .npy")
         return await asyncio.to_thread(_json_inputs, body), "json"
@@ -159,10 +210,19 @@ async def infer(request: web.Request) -> web.Response:
     start = time.perf_counter()
     try:
         response = await _infer(request, state)
+    except ClientGone as exc:  # nobody to answer; not a server error
+        log.debug("client %s went away before its request body arrived: %s", request.remote, exc)
+        state.disconnects += 1
+        return _error(400, "client went away")
     except Exception as exc:  # a server bug still answers JSON and shows up in the metrics
         log.exception("inference failed")
         response = _error(500, f"{type(exc).__name__}: {exc}")
     state.codes[response.status] += 1
+    if response.status == 408:  # the rest of the body may never come: answer, then hang up
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        request.protocol.force_close()  # else aiohttp lingers 10 s reading what is left
     if response.status == 200:
         state.observe(time.perf_counter() - start)
     return response
@@ -189,6 +249,11 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
         return _error(exc.status, str(exc))
     except web.HTTPClientError as exc:  # aiohttp's own body checks: same JSON shape
         return _error(exc.status, exc.text or exc.reason)
+    except InputTooLargeError as exc:
+        return _error(413, str(exc))
+    except MemoryError as exc:  # a size no check foresaw: still the client's, and one line
+        log.warning("request refused, out of memory: %s", exc)
+        return _error(413, f"out of memory: {exc}")
     except (AsyncVkError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         return _error(400, str(message))
@@ -217,6 +282,8 @@ async def metrics(request: web.Request) -> web.Response:
     lines.append(f'asyncvk_request_duration_seconds_bucket{{le="+Inf"}} {state.latency_count}')
     lines.append(f"asyncvk_request_duration_seconds_sum {state.latency_sum:.6f}")
     lines.append(f"asyncvk_request_duration_seconds_count {state.latency_count}")
+    lines.append("# TYPE asyncvk_client_disconnects_total counter")
+    lines.append(f"asyncvk_client_disconnects_total {state.disconnects}")
     if net.cache is not None:
         s = net.cache.statistics()
         for name, value in (
@@ -249,6 +316,7 @@ async def _warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
 
     ex = net.create_extractor()
     for name, shape in shapes.items():
+        check_input_size(f"warm-up input {name}", shape)
         try:
             ex.input(name, np.zeros(shape, np.float32))
         except (KeyError, ValueError) as exc:
@@ -266,16 +334,21 @@ def create_app(
     option: Option | None = None,
     max_body: int = 64 << 20,
     warm_up: Mapping[str, tuple[int, ...]] | None = None,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> web.Application:
     """The app: loads the model in the background once it starts; mount it anywhere.
 
     ``warm_up`` maps input names to shapes: one inference on zeros runs before ``/ready``.
+    ``body_timeout`` is the seconds a request's whole body may take to arrive (else 408).
     """
+    if not body_timeout > 0:
+        raise ValueError(f"body_timeout must be positive, got {body_timeout}")
     app = web.Application(client_max_size=max_body)
     net = Net(option)
     state = ServerState()
     app[NET_KEY] = net
     app[STATE_KEY] = state
+    app[BODY_TIMEOUT_KEY] = float(body_timeout)
 
     async def load() -> None:
         start = time.perf_counter()
@@ -315,6 +388,21 @@ def create_app(
     return app
 
 
+class _MalformedHttpIsOneLine(logging.Filter):
+    """aiohttp answers a request it cannot parse (bad framing, a header over 8 KiB) with a 400,
+    then logs it at ERROR with a traceback; this makes it one debug line, as a client's fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            detail = " ".join(str(exc).split())
+            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {detail}"
+            record.args = ()
+            record.exc_info = None
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
 def run_server(
     param: str,
     model: str,
@@ -326,12 +414,17 @@ def run_server(
     device: int | None = None,
     max_body: int = 64 << 20,
     warm_up: Mapping[str, tuple[int, ...]] | None = None,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> None:
     """Serve until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU."""
     option = Option(cache_dir=cache_dir, graph_key=graph_key, vulkan_device=device)
-    app = create_app(param, model, option=option, max_body=max_body, warm_up=warm_up)
+    app = create_app(
+        param, model, option=option, max_body=max_body, warm_up=warm_up, body_timeout=body_timeout
+    )
 
     def announce(*_: Any) -> None:
         print(f"serving on http://{host}:{port}", flush=True)
+
+    logging.getLogger("aiohttp.server").addFilter(_MalformedHttpIsOneLine())
 
     web.run_app(app, host=host, port=port, print=announce, handle_signals=True)

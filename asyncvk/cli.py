@@ -447,6 +447,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         device=args.device,
         max_body=args.max_body,
         warm_up=dict(parse_input_shape(s) for s in args.warm_up),
+        body_timeout=args.body_timeout,
     )
     return 0
 
@@ -530,6 +531,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--graph-key", metavar="KEY")
     serve.add_argument("--device", type=int, default=None)
     serve.add_argument("--max-body", type=int, default=64 << 20, help="bytes per request")
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a request body not received whole within this time is answered 408",
+    )
     serve.add_argument(
         "--warm-up",
         action="append",

@@ -180,7 +180,7 @@ async def test_serve_end_to_end(cache_dir: Path) -> None:
                 (_npy(x0), "application/x-npy", "?output=nope", 400, "unknown output"),
                 (b"{", "application/json", "", 400, "expected JSON"),
                 (_npy(np.ones((3, 44, 44), bool)), "application/x-npy", "", 400, "dtype"),
-                (bytes(MAX_BODY + 10), "application/x-npy", "", 413, "max-body"),
+                (io.BytesIO(bytes(MAX_BODY + 10)), "application/x-npy", "", 413, "max-body"),
             ]
             for data, kind, query, code, needle in bad:
                 async with http.post(
