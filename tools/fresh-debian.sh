@@ -126,7 +126,7 @@ deb $security $SUITE-security main
 EOF
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' \
-  "$(hostname)" >"$root/etc/hosts"
+  "$(uname -n)" >"$root/etc/hosts"
 
 # The network's trust, like resolv.conf: where this machine trusts CAs beyond Debian's (an
 # intercepting proxy's), the root trusts them too, installed as an admin would, and pip (whose
