@@ -10,6 +10,9 @@ from ._errors import (
     DeviceLostError as DeviceLostError,
 )
 from ._errors import (
+    GpuTimeoutError as GpuTimeoutError,
+)
+from ._errors import (
     InputError as InputError,
 )
 from ._errors import (
@@ -70,6 +73,7 @@ __all__ = (
     "get_gpu_info",
     "CacheMissError",
     "DeviceLostError",
+    "GpuTimeoutError",
     "InputError",
     "InputTooLargeError",
     "ModelFormatError",

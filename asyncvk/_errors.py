@@ -7,6 +7,7 @@
     ├── VulkanError                   a VkResult other than VK_SUCCESS (attribute: result, call)
     │   ├── OutOfDeviceMemoryError    (also a MemoryError)
     │   └── DeviceLostError
+    ├── GpuTimeoutError               a fence wait over its limit (also a TimeoutError)
     ├── ShaderCompileError            GLSL that shaderc rejected (attributes: shader, log)
     ├── SpirvError                    SPIR-V words that cannot be reflected (attribute: offset)
     ├── PipelineError                 a pipeline request that cannot be served (bad spec count)
@@ -45,6 +46,21 @@ class OutOfDeviceMemoryError(VulkanError, MemoryError):
 
 class DeviceLostError(VulkanError):
     """VK_ERROR_DEVICE_LOST: the device must be recreated."""
+
+
+class GpuTimeoutError(AsyncVkError, TimeoutError):
+    """The GPU did not finish within ``seconds`` (a fence wait; not a lost device).
+
+    The limit is ``VulkanDevice.fence_timeout_s``, from ``ASYNCVK_FENCE_TIMEOUT_S``.
+    """
+
+    def __init__(self, call: str, seconds: float) -> None:
+        super().__init__(
+            f"{call}: the GPU did not finish within {seconds:g} s "
+            "(raise ASYNCVK_FENCE_TIMEOUT_S for longer work)"
+        )
+        self.call = call
+        self.seconds = seconds
 
 
 class ShaderCompileError(AsyncVkError):

@@ -1,7 +1,13 @@
-"""The only importer of the raw ``vulkan`` binding: result checking and cffi helpers.
+"""The only importer of the raw ``vulkan`` binding: checked calls and cffi helpers.
 
-Every Vulkan call whose result matters goes through :func:`check` or :func:`call`, so a
-failure raises an asyncvk exception at the calling line (wgpu-py's ``SafeLibCalls``).
+Every Vulkan call goes through one of two :class:`SafeLibCalls` namespaces, so a failure raises
+an asyncvk exception naming the function and its VkResult at the calling line (wgpu-py's
+``SafeLibCalls``), and no other module compares result codes:
+
+* ``checked.vkX(...)``: the raw cffi function; a negative VkResult raises, a status (>= 0, such
+  as ``VK_TIMEOUT``) is returned. Functions returning void are handed out unwrapped.
+* ``api.vkX(...)``: the ``vulkan`` package's Python wrapper (returns handles and lists), with
+  its exceptions translated to ours.
 """
 
 from __future__ import annotations
@@ -11,11 +17,17 @@ from typing import Any, TypeVar
 
 import vulkan as vk
 
-from ._errors import DeviceLostError, OutOfDeviceMemoryError, VulkanError
+from ._errors import (
+    DeviceLostError,
+    OutOfDeviceMemoryError,
+    VulkanError,
+)
 
 ffi: Any = vk.ffi
-lib: Any = vk.lib
+#: Constants and struct constructors (``vkapi.VK_SUCCESS``); call functions through
+#: :data:`checked` or :data:`api`, never through this module's attributes.
 vkapi: Any = vk
+_raw_lib: Any = vk.lib
 
 _T = TypeVar("_T")
 
@@ -66,19 +78,71 @@ _CODE_BY_EXCEPTION: dict[type[BaseException], int] = {
 }
 
 
+def _checked_raw(fn: Any, name: str) -> Callable[..., int]:
+    def call_checked(*args: Any) -> int:
+        result = int(fn(*args))
+        if result < 0:
+            raise error_for(name, result)
+        return result
+
+    call_checked.__name__ = name
+    return call_checked
+
+
+def _translated(fn: Callable[..., _T], name: str) -> Callable[..., _T]:
+    def call_translated(*args: Any, **kwargs: Any) -> _T:
+        try:
+            return fn(*args, **kwargs)
+        except (vk.VkError, vk.VkException) as exc:
+            raise error_for(name, _CODE_BY_EXCEPTION.get(type(exc), -1)) from exc
+        except KeyError as exc:  # the wrapper's ``exception_codes[result]`` for a code it lacks
+            raise VulkanError(name, -1, f"unknown VkResult {exc}") from exc
+
+    call_translated.__name__ = name
+    return call_translated
+
+
+class SafeLibCalls:
+    """Vulkan functions by name, each wrapped once so its failure raises an asyncvk error.
+
+    Arguments:
+        source: the raw cffi library (results checked) or the ``vulkan`` module (its Python
+            wrappers, exceptions translated).
+    """
+
+    def __init__(self, source: Any, *, raw: bool) -> None:
+        self._source = source
+        self._raw = raw
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if not name.startswith("vk"):
+            raise AttributeError(name)
+        fn = getattr(self._source, name)
+        if not self._raw:
+            wrapped: Callable[..., Any] = _translated(fn, name)
+        elif ffi.typeof(fn).result.cname == "enum VkResult":
+            wrapped = _checked_raw(fn, name)
+        else:
+            wrapped = fn  # returns void or a value: nothing to check
+        setattr(self, name, wrapped)  # resolved once; later lookups skip __getattr__
+        return wrapped
+
+
+#: Raw cffi functions; a negative VkResult raises (see the module docstring).
+checked: Any = SafeLibCalls(_raw_lib, raw=True)
+#: The ``vulkan`` package's Python wrappers, exceptions translated.
+api: Any = SafeLibCalls(vk, raw=False)
+
+
 def call(fn: Callable[..., _T], *args: Any) -> _T:
-    """Call a wrapper of the ``vulkan`` package, translating its exceptions to ours."""
-    try:
-        return fn(*args)
-    except (vk.VkError, vk.VkException) as exc:
-        code = _CODE_BY_EXCEPTION.get(type(exc), -1)
-        raise error_for(getattr(fn, "__name__", "vulkan call"), code) from exc
+    """Deprecated: use :data:`api`. Calls a ``vulkan`` wrapper, translating its exceptions."""
+    return _translated(fn, getattr(fn, "__name__", "vulkan call"))(*args)
 
 
 def instance_proc(instance: Any, name: str) -> Any:
     """An extension function of ``instance`` (``vkGetInstanceProcAddr``), or None if absent."""
     try:
-        return vk.vkGetInstanceProcAddr(instance, name)
+        return api.vkGetInstanceProcAddr(instance, name)
     except vk.ProcedureNotFoundError:
         return None
 

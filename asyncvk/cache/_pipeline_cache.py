@@ -56,7 +56,6 @@ from ._persist import CacheSource, SaveResult
 log = logging.getLogger("asyncvk.cache")
 vk = _vk.vkapi
 ffi = _vk.ffi
-lib = _vk.lib
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -179,10 +178,7 @@ class PipelineCache:
             },
         )
         out = ffi.new("VkPipelineCache*")
-        _vk.check(
-            lib.vkCreatePipelineCache(self.device.handle, info, ffi.NULL, out),
-            "vkCreatePipelineCache",
-        )
+        _vk.checked.vkCreatePipelineCache(self.device.handle, info, ffi.NULL, out)
         self.device.track("pipeline_cache", +1)
         return out[0]
 
@@ -192,15 +188,11 @@ class PipelineCache:
             return b""
         size = ffi.new("size_t*")
         dev = self.device.handle
-        _vk.check(
-            lib.vkGetPipelineCacheData(dev, self.vk_cache, size, ffi.NULL), "vkGetPipelineCacheData"
-        )
+        _vk.checked.vkGetPipelineCacheData(dev, self.vk_cache, size, ffi.NULL)
         if size[0] == 0:
             return b""
         data = ffi.new("char[]", size[0])
-        _vk.check(
-            lib.vkGetPipelineCacheData(dev, self.vk_cache, size, data), "vkGetPipelineCacheData"
-        )
+        _vk.checked.vkGetPipelineCacheData(dev, self.vk_cache, size, data)
         return bytes(ffi.buffer(data, size[0]))
 
     def merge_driver_blob(self, blob: bytes) -> None:
@@ -218,12 +210,9 @@ class PipelineCache:
         temp = self._create_vk_cache(blob)
         try:
             sources = ffi.new("VkPipelineCache[1]", [temp])
-            _vk.check(
-                lib.vkMergePipelineCaches(self.device.handle, self.vk_cache, 1, sources),
-                "vkMergePipelineCaches",
-            )
+            _vk.checked.vkMergePipelineCaches(self.device.handle, self.vk_cache, 1, sources)
         finally:
-            vk.vkDestroyPipelineCache(self.device.handle, temp, None)
+            _vk.api.vkDestroyPipelineCache(self.device.handle, temp, None)
             self.device.track("pipeline_cache", -1)
         # A blob that is only its 32-byte header (lavapipe's) holds no pipelines to hit.
         header_length = int.from_bytes(blob[:4], "little")
@@ -767,11 +756,11 @@ class PipelineCache:
         with self._lock:
             self.closed = True
         for retired in self._retired_vk_caches:
-            vk.vkDestroyPipelineCache(self.device.handle, retired, None)
+            _vk.api.vkDestroyPipelineCache(self.device.handle, retired, None)
             self.device.track("pipeline_cache", -1)
         self._retired_vk_caches = []
         if self.vk_cache is not None:
-            vk.vkDestroyPipelineCache(self.device.handle, self.vk_cache, None)
+            _vk.api.vkDestroyPipelineCache(self.device.handle, self.vk_cache, None)
             self.device.track("pipeline_cache", -1)
             self.vk_cache = None
 

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 vk = _vk.vkapi
 ffi = _vk.ffi
-lib = _vk.lib
 
 _SETS_PER_POOL = 128
 _BARRIER_SRC_STAGES = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
@@ -68,8 +67,7 @@ class CommandRecorder:
     def __init__(self, device: VulkanDevice, *, one_time: bool = False) -> None:
         self.device = device
         dev = device.handle
-        self._pool = _vk.call(
-            vk.vkCreateCommandPool,
+        self._pool = _vk.api.vkCreateCommandPool(
             dev,
             vk.VkCommandPoolCreateInfo(queueFamilyIndex=device.queue_family),
             None,
@@ -80,11 +78,9 @@ class CommandRecorder:
         alloc = vk.VkCommandBufferAllocateInfo(
             commandPool=self._pool, level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, commandBufferCount=1
         )
-        self.command_buffer = _vk.call(vk.vkAllocateCommandBuffers, dev, alloc)[0]
+        self.command_buffer = _vk.api.vkAllocateCommandBuffers(dev, alloc)[0]
         flags = vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT if one_time else 0
-        _vk.call(
-            vk.vkBeginCommandBuffer, self.command_buffer, vk.VkCommandBufferBeginInfo(flags=flags)
-        )
+        _vk.api.vkBeginCommandBuffer(self.command_buffer, vk.VkCommandBufferBeginInfo(flags=flags))
         self.finished = False
         self.dispatch_count = 0
         self._released = False
@@ -98,7 +94,7 @@ class CommandRecorder:
             info = vk.VkDescriptorPoolCreateInfo(
                 maxSets=_SETS_PER_POOL, poolSizeCount=1, pPoolSizes=[sizes]
             )
-            pool = _vk.call(vk.vkCreateDescriptorPool, self.device.handle, info, None)
+            pool = _vk.api.vkCreateDescriptorPool(self.device.handle, info, None)
             self.device.track("descriptor_pool", +1)
             self._descriptor_pools.append(pool)
             self._sets_left = _SETS_PER_POOL
@@ -113,9 +109,7 @@ class CommandRecorder:
             },
         )
         out = ffi.new("VkDescriptorSet*")
-        _vk.check(
-            lib.vkAllocateDescriptorSets(self.device.handle, info, out), "vkAllocateDescriptorSets"
-        )
+        _vk.checked.vkAllocateDescriptorSets(self.device.handle, info, out)
         self._sets_left -= 1
         return out  # a VkDescriptorSet[1]: what vkCmdBindDescriptorSets takes
 
@@ -145,7 +139,9 @@ class CommandRecorder:
             )
             template = getattr(pipeline, "update_template", None)
             if template is not None:
-                lib.vkUpdateDescriptorSetWithTemplate(self.device.handle, dset, template, infos)
+                _vk.checked.vkUpdateDescriptorSetWithTemplate(
+                    self.device.handle, dset, template, infos
+                )
             else:
                 writes = ffi.new("VkWriteDescriptorSet[]", n)
                 for i in range(n):
@@ -156,22 +152,22 @@ class CommandRecorder:
                     w.descriptorCount = 1
                     w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
                     w.pBufferInfo = infos + i
-                lib.vkUpdateDescriptorSets(self.device.handle, n, writes, 0, ffi.NULL)
-            lib.vkCmdBindDescriptorSets(
+                _vk.checked.vkUpdateDescriptorSets(self.device.handle, n, writes, 0, ffi.NULL)
+            _vk.checked.vkCmdBindDescriptorSets(
                 cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL
             )
-        lib.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+        _vk.checked.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
         if push:
             data = ffi.from_buffer(push)
-            lib.vkCmdPushConstants(
+            _vk.checked.vkCmdPushConstants(
                 cb, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(push), data
             )
-        lib.vkCmdDispatch(cb, max(1, groups[0]), max(1, groups[1]), max(1, groups[2]))
+        _vk.checked.vkCmdDispatch(cb, max(1, groups[0]), max(1, groups[1]), max(1, groups[2]))
         self.dispatch_count += 1
 
     def barrier(self) -> None:
         """Make every earlier shader or transfer write visible to every later read."""
-        lib.vkCmdPipelineBarrier(
+        _vk.checked.vkCmdPipelineBarrier(
             self.command_buffer,
             _BARRIER_SRC_STAGES,
             _BARRIER_DST_STAGES,
@@ -189,11 +185,11 @@ class CommandRecorder:
         region = ffi.new(
             "VkBufferCopy*", {"srcOffset": src.offset, "dstOffset": dst.offset, "size": n}
         )
-        lib.vkCmdCopyBuffer(self.command_buffer, src.vk_buffer, dst.vk_buffer, 1, region)
+        _vk.checked.vkCmdCopyBuffer(self.command_buffer, src.vk_buffer, dst.vk_buffer, 1, region)
 
     def finish(self) -> CommandRecorder:
         if not self.finished:
-            _vk.check(lib.vkEndCommandBuffer(self.command_buffer), "vkEndCommandBuffer")
+            _vk.checked.vkEndCommandBuffer(self.command_buffer)
             self.finished = True
         return self
 
@@ -204,8 +200,8 @@ class CommandRecorder:
         self._released = True
         dev = self.device.handle
         for pool in self._descriptor_pools:
-            vk.vkDestroyDescriptorPool(dev, pool, None)
+            _vk.api.vkDestroyDescriptorPool(dev, pool, None)
             self.device.track("descriptor_pool", -1)
         self._descriptor_pools.clear()
-        vk.vkDestroyCommandPool(dev, self._pool, None)
+        _vk.api.vkDestroyCommandPool(dev, self._pool, None)
         self.device.track("command_pool", -1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import anyio
 import numpy as np
 
 from .. import _vk
+from .._errors import GpuTimeoutError
 from ._command import CommandRecorder
 from ._info import GpuInfo
 from ._instance import get_default_gpu_index, get_gpu_info, instance
@@ -27,9 +29,24 @@ from ._quirks import Quirks
 
 vk = _vk.vkapi
 ffi = _vk.ffi
-lib = _vk.lib
 
-_FENCE_WAIT_NS = 60_000_000_000  # a dispatch that runs a minute is a hang, not work
+#: How long one fence wait may take before GpuTimeoutError (ASYNCVK_FENCE_TIMEOUT_S overrides).
+#: Generous: a large model on a busy software rasteriser can run one segment for minutes.
+DEFAULT_FENCE_TIMEOUT_S = 600.0
+
+
+def fence_timeout_from_env() -> float:
+    """``ASYNCVK_FENCE_TIMEOUT_S`` in seconds (> 0), else :data:`DEFAULT_FENCE_TIMEOUT_S`."""
+    text = os.environ.get("ASYNCVK_FENCE_TIMEOUT_S", "").strip()
+    if not text:
+        return DEFAULT_FENCE_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"ASYNCVK_FENCE_TIMEOUT_S={text!r}: expected a positive number of seconds")
+    return value
 
 
 class VulkanDevice:
@@ -46,8 +63,8 @@ class VulkanDevice:
         self._live_lock = threading.Lock()
         self.queue_family = self._pick_queue_family()
         self.handle = self._create_device()
-        self.queue = vk.vkGetDeviceQueue(self.handle, self.queue_family, 0)
-        self.memory_properties = vk.vkGetPhysicalDeviceMemoryProperties(self.physical_device)
+        self.queue = _vk.api.vkGetDeviceQueue(self.handle, self.queue_family, 0)
+        self.memory_properties = _vk.api.vkGetPhysicalDeviceMemoryProperties(self.physical_device)
         self.allocator = Allocator(self)
         self._queue_lock = threading.Lock()
         #: Held around vkCreateComputePipelines on drivers flagged serialize_pipeline_creation.
@@ -56,6 +73,10 @@ class VulkanDevice:
         self.creation_probe: Callable[[bool], None] | None = None
         self._fence_lock = threading.Lock()
         self._free_fences: list[Any] = []
+        #: Fences whose wait failed or timed out: maybe still pending, destroyed at close.
+        self._abandoned_fences: list[Any] = []
+        #: Seconds a fence wait may take before GpuTimeoutError.
+        self.fence_timeout_s = fence_timeout_from_env()
         self._wait_limiter = anyio.CapacityLimiter(64)
         self.submissions = 0
         self.closed = False
@@ -88,7 +109,7 @@ class VulkanDevice:
             chain.append(f13)
         for a, b in itertools.pairwise(chain):
             a.pNext = b
-        lib.vkGetPhysicalDeviceFeatures2(self.physical_device, feats2)
+        _vk.checked.vkGetPhysicalDeviceFeatures2(self.physical_device, feats2)
         # Bounds checks cost speed and our shaders guard their own indices.
         feats2.features.robustBufferAccess = 0
         keep += chain
@@ -120,7 +141,7 @@ class VulkanDevice:
             },
         )
         out = ffi.new("VkDevice*")
-        _vk.check(lib.vkCreateDevice(self.physical_device, create, ffi.NULL, out), "vkCreateDevice")
+        _vk.checked.vkCreateDevice(self.physical_device, create, ffi.NULL, out)
         del keep
         return out[0]
 
@@ -194,7 +215,7 @@ class VulkanDevice:
         with self._fence_lock:
             if self._free_fences:
                 return self._free_fences.pop()
-        fence = _vk.call(vk.vkCreateFence, self.handle, vk.VkFenceCreateInfo(), None)
+        fence = _vk.api.vkCreateFence(self.handle, vk.VkFenceCreateInfo(), None)
         self.track("fence", +1)
         return fence
 
@@ -212,22 +233,36 @@ class VulkanDevice:
                 "pCommandBuffers": cbs,
             },
         )
-        with self._queue_lock:
-            result = lib.vkQueueSubmit(self.queue, 1, info, fence)
-            self.submissions += 1
-        if result < 0:
-            self._recycle(fence)
-            _vk.check(result, "vkQueueSubmit")
+        try:
+            with self._queue_lock:
+                self.submissions += 1
+                _vk.checked.vkQueueSubmit(self.queue, 1, info, fence)
+        except BaseException:
+            self._recycle(fence)  # never submitted: still unsignalled and reusable
+            raise
         return fence
 
     def wait(self, fence: Any) -> None:
-        """Block until ``fence`` signals, then recycle it."""
+        """Block until ``fence`` signals, then recycle it.
+
+        Raises GpuTimeoutError after ``fence_timeout_s`` (the device may still be busy: the
+        fence is kept and destroyed at close, never reused while a submission may signal it).
+        """
         fences = ffi.new("VkFence[1]", [fence])
-        result = lib.vkWaitForFences(self.handle, 1, fences, 1, _FENCE_WAIT_NS)
-        if result != 0:
-            _vk.check(result if result < 0 else -4, "vkWaitForFences")
-        lib.vkResetFences(self.handle, 1, fences)
-        self._recycle(fence)
+        timeout_ns = int(self.fence_timeout_s * 1e9)
+        reusable = False
+        try:
+            result = _vk.checked.vkWaitForFences(self.handle, 1, fences, 1, timeout_ns)
+            if result == vk.VK_TIMEOUT:
+                raise GpuTimeoutError("vkWaitForFences", self.fence_timeout_s)
+            _vk.checked.vkResetFences(self.handle, 1, fences)
+            reusable = True
+        finally:
+            if reusable:
+                self._recycle(fence)
+            else:
+                with self._fence_lock:
+                    self._abandoned_fences.append(fence)
 
     def _recycle(self, fence: Any) -> None:
         with self._fence_lock:
@@ -248,14 +283,15 @@ class VulkanDevice:
         if self.closed:
             return
         self.closed = True
-        lib.vkDeviceWaitIdle(self.handle)
+        _vk.checked.vkDeviceWaitIdle(self.handle)
         with self._fence_lock:
-            for fence in self._free_fences:
-                vk.vkDestroyFence(self.handle, fence, None)
+            for fence in self._free_fences + self._abandoned_fences:
+                _vk.api.vkDestroyFence(self.handle, fence, None)
                 self.track("fence", -1)
             self._free_fences.clear()
+            self._abandoned_fences.clear()
         self.allocator.close()
-        vk.vkDestroyDevice(self.handle, None)
+        _vk.api.vkDestroyDevice(self.handle, None)
 
     def __repr__(self) -> str:
         return f"<VulkanDevice {self.index}: {self.info.device_name!r}>"

@@ -38,7 +38,7 @@ class _Instance:
         self.api_version = self._instance_version()
         layers = self._validation_layers() if self.validation else []
         extensions = ["VK_EXT_debug_utils"] if layers else []
-        available = {e.extensionName for e in vk.vkEnumerateInstanceExtensionProperties(None)}
+        available = {e.extensionName for e in _vk.api.vkEnumerateInstanceExtensionProperties(None)}
         if "VK_KHR_portability_enumeration" in available:
             extensions.append("VK_KHR_portability_enumeration")
         app_info = vk.VkApplicationInfo(
@@ -56,11 +56,11 @@ class _Instance:
             ppEnabledExtensionNames=extensions,
         )
         try:
-            self.handle = vk.vkCreateInstance(create_info, None)
+            self.handle = _vk.api.vkCreateInstance(create_info, None)
         except (vk.VkError, vk.VkException) as exc:
             raise NoDeviceError(f"no Vulkan driver could create an instance: {exc!r}") from exc
         self.messenger = self._create_messenger() if layers else None
-        self.physical_devices: list[Any] = list(vk.vkEnumeratePhysicalDevices(self.handle))
+        self.physical_devices: list[Any] = list(_vk.api.vkEnumeratePhysicalDevices(self.handle))
         self.infos: list[GpuInfo] = [
             _query_info(i, pd, self.api_version) for i, pd in enumerate(self.physical_devices)
         ]
@@ -68,14 +68,14 @@ class _Instance:
     @staticmethod
     def _instance_version() -> int:
         try:
-            version = int(vk.vkEnumerateInstanceVersion())
+            version = int(_vk.api.vkEnumerateInstanceVersion())
         except Exception:  # a Vulkan 1.0 loader has no vkEnumerateInstanceVersion
             version = vk.VK_MAKE_VERSION(1, 0, 0)
         return min(version, vk.VK_MAKE_VERSION(1, 3, 0))
 
     @staticmethod
     def _validation_layers() -> list[str]:
-        names = {p.layerName for p in vk.vkEnumerateInstanceLayerProperties()}
+        names = {p.layerName for p in _vk.api.vkEnumerateInstanceLayerProperties()}
         if "VK_LAYER_KHRONOS_validation" in names:
             return ["VK_LAYER_KHRONOS_validation"]
         log.warning("ASYNCVK_VALIDATION is set but VK_LAYER_KHRONOS_validation is not installed")
@@ -109,12 +109,12 @@ def _chain(*structs: Any) -> None:
 
 
 def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
-    props = vk.vkGetPhysicalDeviceProperties(pd)
+    props = _vk.api.vkGetPhysicalDeviceProperties(pd)
     api = min(int(props.apiVersion), instance_api)
     has_12 = api >= vk.VK_MAKE_VERSION(1, 2, 0)
     has_13 = api >= vk.VK_MAKE_VERSION(1, 3, 0)
     extensions = frozenset(
-        e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(pd, None)
+        e.extensionName for e in _vk.api.vkEnumerateDeviceExtensionProperties(pd, None)
     )
 
     props2 = ffi.new("VkPhysicalDeviceProperties2*")
@@ -131,7 +131,7 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
     if has_13 or "VK_EXT_subgroup_size_control" in extensions:
         chain.append(sg_control)
     _chain(*chain)
-    vk.lib.vkGetPhysicalDeviceProperties2(pd, props2)
+    _vk.checked.vkGetPhysicalDeviceProperties2(pd, props2)
 
     feats2 = ffi.new("VkPhysicalDeviceFeatures2*")
     feats2.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
@@ -147,10 +147,10 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
     if has_13:
         fchain.append(f13)
     _chain(*fchain)
-    vk.lib.vkGetPhysicalDeviceFeatures2(pd, feats2)
+    _vk.checked.vkGetPhysicalDeviceFeatures2(pd, feats2)
 
     limits = props.limits
-    memory = vk.vkGetPhysicalDeviceMemoryProperties(pd)
+    memory = _vk.api.vkGetPhysicalDeviceMemoryProperties(pd)
     device_local = 0
     unified = True
     for h in range(memory.memoryHeapCount):
@@ -165,7 +165,7 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
             unified = False
     queues = tuple(
         QueueFamily(i, int(q.queueFlags), int(q.queueCount))
-        for i, q in enumerate(vk.vkGetPhysicalDeviceQueueFamilyProperties(pd))
+        for i, q in enumerate(_vk.api.vkGetPhysicalDeviceQueueFamilyProperties(pd))
     )
     has_driver_props = driver.driverID != 0
     identity = DeviceIdentity(

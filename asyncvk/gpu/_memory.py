@@ -191,30 +191,28 @@ class Allocator:
 
     def _new_block(self, kind: MemoryKind, size: int) -> _Block:
         dev = self._device.handle
-        buffer = _vk.call(
-            vk.vkCreateBuffer,
+        buffer = _vk.api.vkCreateBuffer(
             dev,
             vk.VkBufferCreateInfo(
                 size=size, usage=_USAGE, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE
             ),
             None,
         )
-        reqs = vk.vkGetBufferMemoryRequirements(dev, buffer)
+        reqs = _vk.api.vkGetBufferMemoryRequirements(dev, buffer)
         type_index = self._types[kind]
         if not reqs.memoryTypeBits & (1 << type_index):
-            vk.vkDestroyBuffer(dev, buffer, None)
+            _vk.api.vkDestroyBuffer(dev, buffer, None)
             raise OutOfDeviceMemoryError("vkAllocateMemory", -2, "memory type not allowed")
         try:
-            memory = _vk.call(
-                vk.vkAllocateMemory,
+            memory = _vk.api.vkAllocateMemory(
                 dev,
                 vk.VkMemoryAllocateInfo(allocationSize=reqs.size, memoryTypeIndex=type_index),
                 None,
             )
         except BaseException:
-            vk.vkDestroyBuffer(dev, buffer, None)
+            _vk.api.vkDestroyBuffer(dev, buffer, None)
             raise
-        vk.vkBindBufferMemory(dev, buffer, memory, 0)
+        _vk.api.vkBindBufferMemory(dev, buffer, memory, 0)
         flags = self._device.memory_properties.memoryTypes[type_index].propertyFlags
         host_visible = bool(flags & _HOST_VISIBLE)
         if kind is MemoryKind.DEVICE and self._device.quirks.upload_through_staging:
@@ -222,7 +220,7 @@ class Allocator:
         mapped = None
         if host_visible:
             pointer = ffi.new("void**")
-            _vk.check(vk.lib.vkMapMemory(dev, memory, 0, size, 0, pointer), "vkMapMemory")
+            _vk.checked.vkMapMemory(dev, memory, 0, size, 0, pointer)
             mapped = ffi.cast("char*", pointer[0])
         self._device.track("memory", +1)
         return _Block(memory, buffer, size, host_visible, mapped, free=[(0, size)])
@@ -245,8 +243,8 @@ class Allocator:
             for blocks in self._blocks.values():
                 for block in blocks:
                     if block.mapped is not None:
-                        vk.vkUnmapMemory(dev, block.memory)
-                    vk.vkDestroyBuffer(dev, block.buffer, None)
-                    vk.vkFreeMemory(dev, block.memory, None)
+                        _vk.api.vkUnmapMemory(dev, block.memory)
+                    _vk.api.vkDestroyBuffer(dev, block.buffer, None)
+                    _vk.api.vkFreeMemory(dev, block.memory, None)
                     self._device.track("memory", -1)
                 blocks.clear()

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
 vk = _vk.vkapi
 ffi = _vk.ffi
-lib = _vk.lib
 
 SpecValue = int | float | bool
 #: Specialization ids from here up take their values from ``baked_push`` (the shape variants).
@@ -80,11 +79,11 @@ class PipelineArtifact:
         self.destroyed = True
         dev = self.device.handle
         if self.update_template is not None:
-            lib.vkDestroyDescriptorUpdateTemplate(dev, self.update_template, ffi.NULL)
-        vk.vkDestroyPipeline(dev, self.handle, None)
-        vk.vkDestroyPipelineLayout(dev, self.layout, None)
-        vk.vkDestroyDescriptorSetLayout(dev, self.set_layout, None)
-        vk.vkDestroyShaderModule(dev, self.shader_module, None)
+            _vk.checked.vkDestroyDescriptorUpdateTemplate(dev, self.update_template, ffi.NULL)
+        _vk.api.vkDestroyPipeline(dev, self.handle, None)
+        _vk.api.vkDestroyPipelineLayout(dev, self.layout, None)
+        _vk.api.vkDestroyDescriptorSetLayout(dev, self.set_layout, None)
+        _vk.api.vkDestroyShaderModule(dev, self.shader_module, None)
         self.device.track("pipeline", -1)
 
 
@@ -139,11 +138,9 @@ def create_pipeline(
             },
         )
         module_out = ffi.new("VkShaderModule*")
-        _vk.check(
-            lib.vkCreateShaderModule(dev, module_info, ffi.NULL, module_out), "vkCreateShaderModule"
-        )
+        _vk.checked.vkCreateShaderModule(dev, module_info, ffi.NULL, module_out)
         module = module_out[0]
-        made.append((lib.vkDestroyShaderModule, module))
+        made.append((_vk.checked.vkDestroyShaderModule, module))
 
         nb = len(info.bindings)
         bindings = ffi.new("VkDescriptorSetLayoutBinding[]", max(nb, 1))
@@ -167,12 +164,9 @@ def create_pipeline(
             },
         )
         set_out = ffi.new("VkDescriptorSetLayout*")
-        _vk.check(
-            lib.vkCreateDescriptorSetLayout(dev, set_info, ffi.NULL, set_out),
-            "vkCreateDescriptorSetLayout",
-        )
+        _vk.checked.vkCreateDescriptorSetLayout(dev, set_info, ffi.NULL, set_out)
         set_layout = set_out[0]
-        made.append((lib.vkDestroyDescriptorSetLayout, set_layout))
+        made.append((_vk.checked.vkDestroyDescriptorSetLayout, set_layout))
 
         set_layouts = ffi.new("VkDescriptorSetLayout[1]", [set_layout])
         push_range = ffi.new(
@@ -194,12 +188,9 @@ def create_pipeline(
             },
         )
         layout_out = ffi.new("VkPipelineLayout*")
-        _vk.check(
-            lib.vkCreatePipelineLayout(dev, layout_info, ffi.NULL, layout_out),
-            "vkCreatePipelineLayout",
-        )
+        _vk.checked.vkCreatePipelineLayout(dev, layout_info, ffi.NULL, layout_out)
         layout = layout_out[0]
-        made.append((lib.vkDestroyPipelineLayout, layout))
+        made.append((_vk.checked.vkDestroyPipelineLayout, layout))
 
         ids = list(user_ids)
         values = [pack_specialization(v) for v in specializations]
@@ -267,13 +258,12 @@ def create_pipeline(
         start = time.perf_counter()
         if device.quirks.serialize_pipeline_creation:
             with device.creation_lock:
-                result = _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
+                _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
         else:
-            result = _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
+            _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
         seconds = time.perf_counter() - start
-        _vk.check(result, "vkCreateComputePipelines")
         handle = pipeline_out[0]
-        made.append((lib.vkDestroyPipeline, handle))
+        made.append((_vk.checked.vkDestroyPipeline, handle))
         template = _update_template(device, info, set_layout)
         hit: bool | None = None
         if feedback_info != ffi.NULL and feedback.flags & _FEEDBACK_VALID_BIT:
@@ -321,20 +311,17 @@ def _update_template(device: VulkanDevice, info: ShaderInfo, set_layout: Any) ->
         },
     )
     out = ffi.new("VkDescriptorUpdateTemplate*")
-    _vk.check(
-        lib.vkCreateDescriptorUpdateTemplate(device.handle, create, ffi.NULL, out),
-        "vkCreateDescriptorUpdateTemplate",
-    )
+    _vk.checked.vkCreateDescriptorUpdateTemplate(device.handle, create, ffi.NULL, out)
     return out[0]
 
 
-def _create_compute_pipeline(device: VulkanDevice, cache: Any, info: Any, out: Any) -> int:
+def _create_compute_pipeline(device: VulkanDevice, cache: Any, info: Any, out: Any) -> None:
     """The one vkCreateComputePipelines call; instrumented through ``device.creation_probe``."""
     probe = device.creation_probe
     if probe is not None:
         probe(True)
     try:
-        return int(lib.vkCreateComputePipelines(device.handle, cache, 1, info, ffi.NULL, out))
+        _vk.checked.vkCreateComputePipelines(device.handle, cache, 1, info, ffi.NULL, out)
     finally:
         if probe is not None:
             probe(False)
