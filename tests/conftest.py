@@ -1,18 +1,52 @@
-"""Shared fixtures: the lavapipe (or default) device, and a validation-layer check at the end."""
+"""Shared fixtures: the lavapipe (or default) device, a validation-layer check at the end, and the
+device identities that tests which need no GPU write into cache files."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 
 import pytest
 
-from asyncvk.gpu import VulkanDevice, get_gpu_count, get_gpu_device, validation_messages
+from asyncvk.gpu import (
+    DeviceIdentity,
+    VulkanDevice,
+    get_gpu_count,
+    get_gpu_device,
+    validation_messages,
+)
 
 # Mesa's own disk cache would hide cold-start behaviour and grows without bound in CI.
 os.environ.setdefault("MESA_SHADER_CACHE_DISABLE", "true")
 
 needs_vulkan = pytest.mark.skipif(get_gpu_count() == 0, reason="no Vulkan device")
+
+#: The GPU that cache files are written for in tests that need no GPU (plain values).
+IDENTITY = DeviceIdentity(
+    vendor_id=0x10DE,
+    device_id=0x2330,
+    api_version=(1 << 22) | (3 << 12) | 280,
+    driver_version=0x8A1C0000,
+    driver_id=4,
+    device_name="NVIDIA H100 80GB HBM3",
+    driver_name="NVIDIA",
+    pipeline_cache_uuid=bytes(range(16)),
+)
+#: Another GPU and driver: a file written for it is of no use on IDENTITY.
+OTHER_IDENTITY = DeviceIdentity(
+    0x1002, 0x744C, 4206872, 8388711, 3, "AMD Radeon RX 7900 XTX", "radv", b"r" * 16
+)
+
+
+def identity_source(identity: DeviceIdentity = IDENTITY) -> str:
+    """``identity`` as Python source, for the scripts that tests run in child processes."""
+    return f"DeviceIdentity(*{dataclasses.astuple(identity)!r})"
+
+
+@pytest.fixture
+def identity() -> DeviceIdentity:
+    return IDENTITY
 
 
 @pytest.fixture(scope="session")

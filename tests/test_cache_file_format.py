@@ -1,5 +1,6 @@
 """The cache file format: round trip, inspection, and a corruption matrix in which every damaged
-file is a miss with a reason naming what was wrong. No GPU: identities are plain values."""
+file is a miss with a reason naming what was wrong. Identities are plain values (no GPU) except
+in the last section, where real files of the lavapipe device go through ``PipelineCache``."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import json
 import os
 import re
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+from conftest import IDENTITY
 
 from asyncvk._version import __version__
+from asyncvk.cache import PipelineCache
 from asyncvk.cache import _file_format as ff
 from asyncvk.cache._file_format import (
     HEADER_FIELDS,
@@ -29,18 +35,8 @@ from asyncvk.cache._file_format import (
     read_cache_source,
     validate_driver_blob,
 )
+from asyncvk.gpu import CommandRecorder, VulkanDevice
 from asyncvk.gpu._identity import DeviceIdentity
-
-IDENTITY = DeviceIdentity(
-    vendor_id=0x10DE,
-    device_id=0x2330,
-    api_version=(1 << 22) | (3 << 12) | 280,
-    driver_version=0x8A1C0000,
-    driver_id=4,
-    device_name="NVIDIA H100 80GB HBM3",
-    driver_name="NVIDIA",
-    pipeline_cache_uuid=bytes(range(16)),
-)
 
 
 def spirv(tag: int, words: int) -> bytes:
@@ -337,7 +333,13 @@ def test_long_release_strings_differing_after_32_bytes_are_told_apart(
 def test_declared_sizes_larger_than_the_file(field: str, value: int) -> None:
     declared = int.from_bytes(DATA[slice(FIELDS[field][0], sum(FIELDS[field]))], "little")
     data = _patch(DATA, field, min(declared + value, (1 << 64) - 1))
-    _rejected(data, f"{field} ", "truncated or oversized", f"file ({len(DATA)} bytes)")
+    _rejected(
+        data,
+        f"{field} ",
+        "truncated or oversized",
+        "declared sections end",
+        f"file ({len(DATA)} bytes)",
+    )
 
 
 def test_entry_count_that_disagrees_with_the_index() -> None:
@@ -666,3 +668,185 @@ class TestReadSource:
         path.write_bytes(b"text")
         with open(path) as f:
             self._fails(f, "binary mode")
+
+
+# -- real files of this device, through PipelineCache ------------------------------------------
+
+LIVE_SPECS = [(float(i), i) for i in range(4)]
+
+
+def _build(cache: PipelineCache) -> None:
+    for spec in LIVE_SPECS:
+        cache.get_pipeline_sync("scale_add", specializations=spec, local_size=(32, 1, 1))
+    cache.get_pipeline_sync("unary", specializations=(3, 0.0, 0.0), local_size=(32, 1, 1))
+
+
+def _outputs(device: VulkanDevice, cache: PipelineCache) -> list[np.ndarray]:
+    x = np.linspace(-3, 3, 257, dtype=np.float32)
+    results = []
+    for spec in LIVE_SPECS:
+        pipeline = cache.get_pipeline_sync("scale_add", specializations=spec, local_size=(32, 1, 1))
+        src = device.upload_sync(x)
+        dst = device.allocate(x.nbytes)
+        rec = CommandRecorder(device, one_time=True)
+        rec.dispatch(pipeline, [src, dst], struct.pack("<if", x.size, 0.25), (9, 1, 1))
+        device.run_sync(rec.finish())
+        results.append(device.download_sync(dst, x.shape))
+        rec.release()
+        src.release()
+        dst.release()
+    return results
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory, device: VulkanDevice) -> Path:
+    path = tmp_path_factory.mktemp("cache") / "model.vkcache"
+    with PipelineCache(device) as cache:
+        _build(cache)
+        assert cache.save_cache(path)
+    return path
+
+
+def _expect_miss(cache: PipelineCache, source: object, needle: str) -> None:
+    """``source`` is a miss whose reason holds ``needle``, and nothing of it was committed."""
+    result = cache.load_cache(source)  # type: ignore[arg-type]
+    assert not result, "a damaged file was accepted"
+    assert result.reason and needle in result.reason, result.reason
+    assert cache.spirv_entries() == {}, "a rejected file committed entries"
+
+
+def test_round_trip_compiles_no_glsl_and_gives_identical_outputs(
+    device: VulkanDevice, saved: Path
+) -> None:
+    with PipelineCache(device) as cold:
+        cold_out = _outputs(device, cold)
+    with PipelineCache(device) as warm:
+        result = warm.load_cache(saved)
+        assert result, result.reason
+        assert result.entries_used == 2
+        warm_out = _outputs(device, warm)
+        _build(warm)
+        assert warm.statistics().spirv_compiles == 0
+        assert warm.statistics().spirv_hits >= 1
+    for a, b in zip(cold_out, warm_out, strict=True):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_load_from_bytes_and_file_object(device: VulkanDevice, saved: Path) -> None:
+    with PipelineCache(device) as cache:
+        assert cache.load_cache(saved.read_bytes())
+    with PipelineCache(device) as cache, open(saved, "rb") as f:
+        assert cache.load_cache(f)
+
+
+def test_save_to_bytes_matches_the_format(device: VulkanDevice) -> None:
+    with PipelineCache(device) as cache:
+        _build(cache)
+        info = describe_cache(cache.save_cache())
+    assert info["valid"]
+    assert {e["shader"] for e in info["spirv_entries"]} == {"scale_add", "unary"}
+    assert info["header"]["vendor_id"] == device.info.vendor_id
+
+
+def _real_damage(data: bytes, device: VulkanDevice) -> dict[str, tuple[bytes, str]]:
+    """Damaged copies of a real file of this device: case -> (bytes, word the reason holds)."""
+    layout = describe_cache(data)["layout"]
+    mine = device.info.identity
+    _result, contents = decode_cache(data, expected=mine, source_hashes=None)
+    assert contents is not None
+    cases = {
+        f"cut_at_{name}_{where}": (data[:cut], "truncated")
+        for name, (start, end) in layout.items()
+        for where, cut in (("start", start), ("middle", (start + end) // 2), ("end", end - 1))
+        if 0 < cut < len(data)
+    }
+    cases |= {f"header_{field}_flipped": (_flip(data, FIELDS[field][0]), "") for field in FIELDS}
+    cases |= {
+        f"wrong_{field}": (_patch(data, field, value), field)
+        for field, value in (
+            ("vendor_id", mine.vendor_id ^ 1),
+            ("device_id", mine.device_id ^ 1),
+            ("driver_version", mine.driver_version ^ 1),
+            ("driver_id", mine.driver_id ^ 1),
+            ("pipeline_cache_uuid", bytes(b ^ 0xEE for b in mine.pipeline_cache_uuid)),
+        )
+    }
+    other_name = dataclasses.replace(contents.identity, device_name="Another GPU")
+    cases["another_device_name"] = (
+        encode_cache(CacheContents(other_name, contents.spirv, contents.driver_blob)),
+        "device_name_hash",
+    )
+    cases["index_flipped"] = (_flip(data, HEADER_SIZE + 3, 4), "index checksum")
+    if layout["driver_blob"][0] < layout["driver_blob"][1]:  # this driver saves cache data
+        cases["blob_flipped"] = (_flip(data, len(data) - 1), "driver blob checksum")
+    cases["empty"] = (b"", "empty")
+    cases["trailing_garbage"] = (data + b"\0garbage", "trailing bytes")
+    return cases
+
+
+def test_a_damaged_real_file_is_a_miss_that_commits_nothing(
+    device: VulkanDevice, saved: Path
+) -> None:
+    with PipelineCache(device) as cache:
+        for case, (data, needle) in _real_damage(saved.read_bytes(), device).items():
+            try:
+                _expect_miss(cache, data, needle)
+            except AssertionError as exc:
+                raise AssertionError(f"{case}: {exc}") from None
+        # the cache still works: a miss, not a failure
+        assert cache.get_pipeline_sync("scale_add", specializations=(1.0, 0)).handle
+
+
+def test_a_directory_a_missing_path_and_a_sparse_file_are_misses(
+    device: VulkanDevice, tmp_path: Path
+) -> None:
+    sparse = tmp_path / "sparse.vkcache"
+    with open(sparse, "wb") as f:
+        f.truncate(2 << 30)
+    with PipelineCache(device) as cache:
+        _expect_miss(cache, tmp_path, "directory")
+        _expect_miss(cache, sparse, "limit")
+        _expect_miss(cache, tmp_path / "nope.vkcache", "does not exist")
+
+
+def test_damaged_spirv_entry_is_skipped_alone(device: VulkanDevice, saved: Path) -> None:
+    data = saved.read_bytes()
+    data = _flip(data, describe_cache(data)["layout"]["spirv_index"][1] + 40)  # first body
+    with PipelineCache(device) as cache:
+        result = cache.load_cache(data)
+        assert result, result.reason
+        assert result.entries_used == 1 and result.entries_skipped == 1
+        assert "checksum" in result.skipped[0]
+        _build(cache)  # the damaged one is rebuilt; outputs stay right
+        assert cache.statistics().spirv_compiles == 1
+        x = _outputs(device, cache)
+    np.testing.assert_allclose(
+        x[2], np.linspace(-3, 3, 257, dtype=np.float32) * 2 + 2.25, rtol=1e-6
+    )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "asyncvk", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
+
+
+def test_cache_verify_and_inspect_cli(saved: Path, tmp_path: Path) -> None:
+    ok = _cli("cache", "verify", str(saved))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "bad.vkcache"
+    data = bytearray(saved.read_bytes())
+    data[10] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    rejected = _cli("cache", "verify", str(bad))
+    assert rejected.returncode == 1
+    assert "rejected" in rejected.stdout
+    truncated = tmp_path / "short.vkcache"
+    truncated.write_bytes(saved.read_bytes()[:-3])
+    assert _cli("cache", "verify", str(truncated)).returncode == 1
+    inspect = _cli("cache", "inspect", str(saved), "--json")
+    assert inspect.returncode == 0
+    assert '"scale_add"' in inspect.stdout and '"accepted": true' in inspect.stdout
