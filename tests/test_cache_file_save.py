@@ -1,5 +1,6 @@
-"""Saving cache files under faults: writers SIGKILLed mid-save, eight concurrent savers, a
-read-only folder, a full disk. Real files and real processes; the only fake is the ENOSPC."""
+"""Saving cache files: the atomic replace (data fsynced before the rename, the folder after), the
+lock and the merge, and faults: writers SIGKILLed mid-save, eight concurrent savers, a read-only
+folder, a full disk. Real files and real processes; the only fake is the ENOSPC."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import IDENTITY, identity_source
+from conftest import OTHER_IDENTITY as OTHER
 
-from asyncvk.cache import _atomic_file
+from asyncvk.cache import PipelineCache, _atomic_file
 from asyncvk.cache._atomic_file import (
     merge_contents,
     save_merged,
@@ -35,11 +38,7 @@ from asyncvk.cache._file_format import (
     decode_cache,
     encode_cache,
 )
-from asyncvk.gpu._identity import DeviceIdentity
-
-IDENTITY_ARGS = (0x1002, 0x744C, 4206872, 8388711, 3, "AMD Radeon RX 7900 XTX", "radv", b"r" * 16)
-IDENTITY = DeviceIdentity(*IDENTITY_ARGS)
-OTHER = DeviceIdentity(0x10DE, 0x2330, 4206872, 1, 4, "NVIDIA H100", "NVIDIA", b"n" * 16)
+from asyncvk.gpu import DeviceIdentity, VulkanDevice
 
 
 def spirv(*words: int) -> bytes:
@@ -76,7 +75,7 @@ import json, os, struct, sys, time
 from asyncvk.cache._atomic_file import merge_contents, save_merged, write_atomic
 from asyncvk.cache._file_format import CacheContents, SpirvKey, decode_cache, encode_cache
 from asyncvk.gpu._identity import DeviceIdentity
-IDENTITY = DeviceIdentity(*{IDENTITY_ARGS!r})
+IDENTITY = {identity_source(IDENTITY)}
 """
 
 
@@ -114,6 +113,62 @@ def reaper() -> Iterator[list[subprocess.Popen[str]]]:
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+# -- what makes a replace crash-safe ----------------------------------------------------------
+
+FSYNC_ORDER = """
+import asyncio, stat
+from asyncvk.cache._atomic_file import write_atomic_async
+calls = []
+real_fsync, real_replace = os.fsync, os.replace
+
+def fsync(fd):
+    kind = "folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+    calls.append(["fsync", kind, os.readlink(f"/proc/self/fd/{fd}")])
+    return real_fsync(fd)
+
+def replace(src, dst, **kwargs):
+    calls.append(["replace", os.path.realpath(src), os.path.realpath(dst)])
+    return real_replace(src, dst, **kwargs)
+
+os.fsync, os.replace = fsync, replace
+path = sys.argv[1]
+out = {}
+for how, save in (
+    ("write_atomic", lambda: write_atomic(path, b"AVKPCACH one")),
+    ("write_atomic_async", lambda: asyncio.run(write_atomic_async(path, b"AVKPCACH two"))),
+    ("save_merged", lambda: save_merged(path, lambda old: b"AVKPCACH three")),
+):
+    calls.clear()
+    save()
+    out[how] = list(calls)
+print(json.dumps(out))
+"""
+
+
+def test_the_data_is_fsynced_before_the_rename_and_the_folder_after(tmp_path: Path) -> None:
+    """Without the first fsync a crash can leave the new name on empty or partial data; without
+    the second the rename itself can be lost. os.fsync and os.replace are wrapped in a child
+    process, which records each call: the order is the property under test."""
+    path = tmp_path / "x.vkcache"
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELUDE + FSYNC_ORDER, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    folder, target = os.path.realpath(tmp_path), os.path.realpath(path)
+    for how, calls in json.loads(proc.stdout).items():
+        replaces = [i for i, call in enumerate(calls) if call[0] == "replace"]
+        assert len(replaces) == 1, (how, calls)
+        at = replaces[0]
+        _, temp, replaced = calls[at]
+        assert replaced == target and os.path.dirname(temp) == folder, (how, calls)
+        assert ["fsync", "file", temp] in calls[:at], f"{how}: data not fsynced before: {calls}"
+        assert ["fsync", "folder", folder] in calls[at + 1 :], f"{how}: no folder fsync: {calls}"
+    assert path.read_bytes() == b"AVKPCACH three"
 
 
 # -- SIGKILL while saving --------------------------------------------------------------------
@@ -507,3 +562,100 @@ class TestMergeContents:
         old = CacheContents(OTHER, {SpirvKey("o", 0, 1, 2): spirv(2)}, blob(OTHER, b"x"))
         assert merge_contents(new, old) == new
         assert merge_contents(new, None) == new
+
+
+# -- PipelineCache.save_cache: the same faults, reported in its result -------------------------
+
+CONCURRENT = """
+import sys
+from asyncvk.cache import PipelineCache
+shader = sys.argv[2]
+with PipelineCache() as cache:
+    specs = {"scale_add": (1.0, 0), "unary": (1, 0.0, 0.0), "softmax": (), "padding": (0, 0.0),
+             "gather": (), "scatter": (), "reduction": (0, 1.0), "binary": (0, 0, 0.0, 1.0, 1.0)}
+    cache.get_pipeline_sync(shader, specializations=specs[shader])
+    result = cache.save_cache(sys.argv[1])
+    assert result, result.reason
+"""
+
+
+def test_eight_pipeline_caches_saving_at_once_leave_the_union(
+    tmp_path: Path, device: VulkanDevice
+) -> None:
+    path = tmp_path / "shared.vkcache"
+    shaders = [
+        "scale_add",
+        "unary",
+        "softmax",
+        "padding",
+        "gather",
+        "scatter",
+        "reduction",
+        "binary",
+    ]
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(path), s]) for s in shaders]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    with PipelineCache(device) as cache:
+        result = cache.load_cache(path)
+        assert result, result.reason
+        assert {k.shader for k in cache.spirv_entries()} == set(shaders)
+
+
+def test_save_cache_on_a_full_disk_keeps_the_old_file_and_raises_nothing(
+    tmp_path: Path, device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "x.vkcache"
+    with PipelineCache(device) as cache:
+        cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+        assert cache.save_cache(path)
+        before = path.read_bytes()
+        cache.get_pipeline_sync("unary", specializations=(3, 0.0, 0.0))
+
+        def full(fd: int, data: object) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(_atomic_file.os, "write", full)
+        result = cache.save_cache(path)
+        monkeypatch.undo()
+        assert not result and "No space left" in result.reason
+    assert path.read_bytes() == before
+    assert _temps(tmp_path) == []
+
+
+SAVE_AS_NOBODY = """
+import os, sys
+import asyncvk.cache._persist
+from asyncvk.cache import PipelineCache
+with PipelineCache() as cache:
+    cache.get_pipeline_sync("scale_add", specializations=(2.0, 0))
+    os.setgid(65534); os.setuid(65534)  # after every import: nobody cannot read root's Python
+    result = cache.save_cache(sys.argv[1])
+    print("ok" if result else "failed: " + result.reason)
+"""
+
+
+def test_save_cache_into_a_read_only_folder_keeps_the_old_file_and_raises_nothing(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "x.vkcache"
+    path.write_bytes(b"old contents")
+    os.chmod(folder, 0o555)
+    os.chmod(path, 0o444)
+    os.chmod(tmp_path, 0o755)
+    try:
+        if os.geteuid() == 0:
+            code = SAVE_AS_NOBODY  # root ignores permissions: drop to nobody in the child
+        else:
+            code = SAVE_AS_NOBODY.replace("os.setgid(65534); os.setuid(65534)", "")
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("failed:"), proc.stdout
+        assert "Permission denied" in proc.stdout or "Read-only" in proc.stdout
+    finally:
+        os.chmod(folder, 0o755)
+    assert path.read_bytes() == b"old contents"
+    assert _listing(folder) == ["x.vkcache"]
