@@ -12,6 +12,11 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from ..net._paramdict import ParamDict
+from ._limits import check_shape
+
+Shape = tuple[int, ...]
+#: How many blobs a layer takes or gives: (fewest, most), most None for no upper bound.
+BlobCount = tuple[int, int | None]
 
 
 class ModelBin(Protocol):
@@ -29,7 +34,8 @@ class Layer:
     """Base of every layer: parameters, weights and the CPU (numpy) forward pass.
 
     Subclasses set ``type_name`` to the ncnn type name and override ``load_param``,
-    ``load_model`` (when they have weights) and ``forward``.
+    ``load_model`` (when they have weights), ``output_shapes`` and ``forward``; layers that
+    are not one-blob-only also override ``blob_counts``.
     """
 
     type_name: ClassVar[str] = ""
@@ -48,9 +54,54 @@ class Layer:
     def load_model(self, mb: ModelBin) -> None:
         """Read weights in ncnn's order."""
 
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        """How many (bottoms, tops) this layer takes, once ``load_param`` has run.
+
+        ncnn reads only the blobs it expects and ignores or overruns the rest; asyncvk refuses
+        a layer line whose counts do not fit at load.
+        """
+        if self.one_blob_only:
+            return (1, 1), (1, 1)
+        raise NotImplementedError(f"{self.type_name} must state its blob counts")
+
+    def check_blob_counts(self, bottoms: int, tops: int) -> None:
+        """Raise ValueError when ``bottoms`` inputs or ``tops`` outputs do not fit."""
+        accepted_in, accepted_out = self.blob_counts()
+        _check_count(self.type_name, "takes", "input", accepted_in, bottoms)
+        _check_count(self.type_name, "gives", "output", accepted_out, tops)
+
+    def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
+        """The shapes ``forward`` gives for inputs of these shapes; ValueError when the layer
+        cannot take them. Never allocates."""
+        raise NotImplementedError(f"{self.type_name} has no shape rule")
+
+    def checked_output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
+        """``output_shapes``, one per top, each checked against the size limits."""
+        shapes = self.output_shapes(input_shapes)
+        if self.tops and len(shapes) != len(self.tops):
+            raise ValueError(f"gives {len(shapes)} blobs for {len(self.tops)} tops")
+        names = self.tops or [str(i) for i in range(len(shapes))]
+        return [check_shape(s, f"blob {t!r}") for t, s in zip(names, shapes, strict=True)]
+
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The numpy reference: the CPU path and the ground truth for the GPU shaders."""
         raise NotImplementedError(f"{self.type_name} has no CPU forward")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.bottoms} -> {self.tops}>"
+
+
+def _check_count(type_name: str, verb: str, kind: str, accepted: BlobCount, got: int) -> None:
+    low, high = accepted
+    if low <= got and (high is None or got <= high):
+        return
+    if high == low:
+        bound = f"{low}"
+    elif high is None:
+        bound = f"at least {low}"
+    elif low == 0:
+        bound = f"at most {high}"
+    else:
+        bound = f"{low} to {high}"
+    plural = "" if (high if high is not None else low) == 1 else "s"
+    raise ValueError(f"{type_name} {verb} {bound} {kind} blob{plural}, got {got}")

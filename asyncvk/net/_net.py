@@ -27,8 +27,8 @@ from ..layers._registry import layer_class, layer_types
 from ..layers._vulkan import PipelineSpec, VulkanLayer, vulkan_layer_class
 from ._modelbin import ModelBinReader
 from ._option import Option
-from ._param_parser import SHAPE_HINTS_ID, ParamFile, parse_param
-from ._plan import Plan, needed_nodes
+from ._param_parser import SHAPE_HINTS_ID, ParamFile, model_error, parse_param
+from ._plan import Plan, needed_nodes, run_cpu_layer
 
 Progress = Callable[[int, int], None]
 _FEATMASK_NO_VULKAN = 1 << 4
@@ -155,13 +155,14 @@ class Net:
             layer.name = decl.name
             layer.bottoms = list(decl.bottoms)
             layer.tops = list(decl.tops)
-            layer.featmask = decl.params.get_int(31, 0) if 31 in decl.params else 0
             try:
+                layer.featmask = decl.params.get_int(31, 0) if 31 in decl.params else 0
                 layer.load_param(decl.params)
-            except (ValueError, TypeError) as exc:
-                raise ModelFormatError(
-                    str(exc), file=param.source, line=decl.line, layer=decl.name
-                ) from exc
+                layer.check_blob_counts(len(decl.bottoms), len(decl.tops))
+            except ModelFormatError:
+                raise
+            except Exception as exc:  # whatever a layer raises, the user is told where
+                raise model_error(exc, file=param.source, line=decl.line, layer=decl.name) from exc
             node = _Node(
                 i,
                 layer,
@@ -353,9 +354,9 @@ class Net:
                 node.weight_data = recording.arrays
             except ModelFormatError:
                 raise
-            except (ValueError, TypeError) as exc:
-                raise ModelFormatError(
-                    str(exc), file=reader.source, line=node.line, layer=node.layer.name
+            except Exception as exc:
+                raise model_error(
+                    exc, file=reader.source, line=node.line, layer=node.layer.name
                 ) from exc
         reader.current_layer = None
         reader.check_end()
@@ -404,8 +405,17 @@ class Net:
             if node.layer.featmask & _FEATMASK_NO_VULKAN:
                 continue
             cls = vulkan_layer_class(node.layer.type_name)
-            if cls is not None:
+            if cls is None:
+                continue
+            try:
                 node.vulkan = cls(node.layer, options, info, node.params, node.weight_data)
+                node.vulkan.pipeline_specs()
+            except Exception as exc:  # a GPU layer reads the params too: same rule
+                raise self._layer_error(node, exc) from exc
+
+    def _layer_error(self, node: _Node, exc: Exception) -> ModelFormatError:
+        assert self.param is not None
+        return model_error(exc, file=self.param.source, line=node.line, layer=node.layer.name)
 
     def _hinted_shapes(self) -> dict[int, tuple[int, ...]]:
         """Blob shapes the param file hints: id 30 on any layer, or an Input's own params."""
@@ -419,7 +429,7 @@ class Net:
                 tops = decode_hints(params[SHAPE_HINTS_ID], len(node.tops))
             if node.layer.type_name == "Input" and tops == [None] and not node.bottoms:
                 try:
-                    tops = [tuple(node.layer.output_shapes([])[0])]  # type: ignore[attr-defined]
+                    tops = [tuple(node.layer.output_shapes([])[0])]
                 except ValueError:
                     pass
             for t, shape in zip(node.tops, tops, strict=True):
@@ -485,7 +495,11 @@ class Net:
         dtype = np.float16 if self.storage_fp16 else np.float32
         for node in nodes:
             assert node.vulkan is not None
-            for name, array in node.vulkan.weights().items():
+            try:
+                weights = node.vulkan.weights()
+            except Exception as exc:
+                raise self._layer_error(node, exc) from exc
+            for name, array in weights.items():
                 node.weight_buffers[name] = self.device.upload_sync(
                     np.ascontiguousarray(array, dtype=dtype)
                 )
@@ -560,7 +574,7 @@ class Net:
         def run() -> np.ndarray:
             host = dict(inputs)
             for node in needed_nodes(self, set(host), target):
-                outs = node.layer.forward([host[b] for b in node.bottoms])
+                outs = run_cpu_layer(node, [host[b] for b in node.bottoms])
                 for t, value in zip(node.tops, outs, strict=True):
                     host[t] = value
             return np.asarray(host[target], dtype=np.float32)

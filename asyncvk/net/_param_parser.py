@@ -103,6 +103,31 @@ def parse_param_text(
     text: str, source: str, *, known_types: Collection[str] | None = None
 ) -> ParamFile:
     """Parse the content of a text ``.param``; ``source`` names it in errors."""
+    try:
+        return _parse_param_text(text, source, known_types)
+    except ModelFormatError:
+        raise
+    except Exception as exc:  # a parser bug still names the file, never escapes raw
+        raise model_error(exc, file=source) from exc
+
+
+def model_error(
+    exc: BaseException, *, file: str, line: int | None = None, layer: str | None = None
+) -> ModelFormatError:
+    """``exc`` from code reading a model, as the ModelFormatError the user sees.
+
+    A ValueError or TypeError is a layer refusing a value and keeps its message; anything else
+    is a bug met on this model, named as one. Callers let a ModelFormatError through as it is
+    and raise the result ``from exc``, so the cause stays chained.
+    """
+    if isinstance(exc, (ValueError, TypeError)):
+        message = str(exc)
+    else:
+        message = f"internal error while reading the model: {type(exc).__name__}: {exc}"
+    return ModelFormatError(message, file=file, line=line, layer=layer)
+
+
+def _parse_param_text(text: str, source: str, known_types: Collection[str] | None) -> ParamFile:
     text = text.removeprefix("\ufeff")
     lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip(_WS)]
     if not lines:
@@ -448,4 +473,4 @@ class _Graph:
         self.layers.append(decl)
 
 
-__all__ = ("LayerDecl", "ParamFile", "parse_param", "parse_param_text")
+__all__ = ("LayerDecl", "ParamFile", "model_error", "parse_param", "parse_param_text")

@@ -6,6 +6,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 ParamValue = int | float | str | tuple[int, ...] | tuple[float, ...]
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _is_int32(value: object) -> bool:
+    """An int, or a float with an integer value, that fits ncnn's 32-bit int."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return isinstance(value, int) and _INT32_MIN <= value <= _INT32_MAX
 
 
 @dataclass(frozen=True)
@@ -30,10 +38,10 @@ class ParamDict(Mapping[int, ParamValue]):
 
     def get_int(self, key: int, default: int) -> int:
         value = self.entries.get(key, default)
-        if isinstance(value, float) and value.is_integer():
+        if isinstance(value, float) and value.is_integer() and _INT32_MIN <= value <= _INT32_MAX:
             return int(value)
         if not isinstance(value, int):
-            raise TypeError(f"param {key} must be an int, got {value!r}")
+            raise TypeError(f"param {key} must be a 32-bit int, got {value!r}")
         return value
 
     def get_float(self, key: int, default: float) -> float:
@@ -46,7 +54,7 @@ class ParamDict(Mapping[int, ParamValue]):
         value = self.entries.get(key, default)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = (value,)
-        if not isinstance(value, tuple):
+        if not isinstance(value, tuple) or not all(_is_int32(v) for v in value):
             raise TypeError(f"param {key} must be an int array, got {value!r}")
         return tuple(int(v) for v in value)
 

@@ -145,12 +145,9 @@ class Plan:
                 continue
             in_shapes = [shapes[b] for b in node.bottoms]
             try:
-                out_shapes = node.layer.output_shapes(in_shapes)  # type: ignore[attr-defined]
-            except (ValueError, IndexError, KeyError) as exc:
-                raise PlanError(
-                    f"layer {node.layer.name!r} ({node.layer.type_name}) cannot take inputs "
-                    f"{in_shapes}: {exc}"
-                ) from exc
+                out_shapes = node.layer.checked_output_shapes(in_shapes)
+            except _SHAPE_ERRORS as exc:
+                raise _cannot_take(node, in_shapes, exc) from exc
             for t, s in zip(node.tops, out_shapes, strict=True):
                 shapes[t] = tuple(map(int, s))
             on_gpu[node.index] = node.vulkan is not None and node.vulkan.supports(in_shapes)
@@ -177,9 +174,10 @@ class Plan:
             alias = getattr(node.vulkan, "alias", False)
             for b in node.bottoms:
                 device_blobs.add(root.get(b, b))
-            for t in node.tops:
-                if alias:
-                    root[t] = root.get(node.bottoms[0], node.bottoms[0])
+            for i, t in enumerate(node.tops):
+                if alias:  # Split: every top is bottom 0; Noop: top i is bottom i
+                    b = node.bottoms[min(i, len(node.bottoms) - 1)]
+                    root[t] = root.get(b, b)
                 else:
                     root[t] = t
                 device_blobs.add(root[t])
@@ -317,7 +315,7 @@ class Plan:
             else:
                 node = step.node
                 args = [host[b] for b in node.bottoms]
-                outs = await anyio.to_thread.run_sync(node.layer.forward, args)
+                outs = await anyio.to_thread.run_sync(run_cpu_layer, node, args)
                 for t, value in zip(node.tops, outs, strict=True):
                     host[t] = value
         if self.target in host:
@@ -353,6 +351,26 @@ class Plan:
             "sum_blob_bytes": self.sum_blob_bytes,
             "baked_dispatches": self.baked_dispatches,
         }
+
+
+#: What a layer's shape rule or numpy forward raises for inputs it cannot take.
+_SHAPE_ERRORS = (ValueError, IndexError, KeyError, ArithmeticError)
+
+
+def _cannot_take(node: _Node, in_shapes: list[Shape], exc: Exception) -> PlanError:
+    layer = f"layer {node.layer.name!r} ({node.layer.type_name})"
+    return PlanError(f"{layer} cannot take inputs {in_shapes}: {exc}")
+
+
+def run_cpu_layer(node: _Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """A layer's numpy forward, its output shapes checked against the limits first, so a
+    blob too large is a PlanError before anything is allocated."""
+    in_shapes = [tuple(x.shape) for x in inputs]
+    try:
+        node.layer.checked_output_shapes(in_shapes)
+        return node.layer.forward(inputs)
+    except _SHAPE_ERRORS as exc:
+        raise _cannot_take(node, in_shapes, exc) from exc
 
 
 def needed_nodes(net: Net, given: set[int], target: int) -> list[_Node]:

@@ -88,7 +88,7 @@ def infer_shapes(param: ParamFile, inputs: Mapping[str, Shape]) -> dict[str, Sha
         layer.bottoms, layer.tops = list(decl.bottoms), list(decl.tops)
         try:
             layer.load_param(decl.params)
-            found = layer.output_shapes([shapes[b] for b in decl.bottoms])  # type: ignore[attr-defined]
+            found = layer.output_shapes([shapes[b] for b in decl.bottoms])
         except Exception:  # a layer without a shape rule for these inputs: tops stay unknown
             continue
         for t, s in zip(decl.tops, found, strict=False):

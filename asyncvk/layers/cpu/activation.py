@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ...net._paramdict import ParamDict
-from .._base import Layer
+from .._base import BlobCount, Layer
 from .._registry import register_layer
 
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -304,12 +304,27 @@ class Dropout(_Elementwise):
 
 @register_layer("Noop")
 class Noop(Layer):
-    """Passes every input through unchanged (any number of blobs)."""
+    """Passes input i to output i unchanged, as ncnn's in-place Noop does; it may have fewer
+    outputs than inputs (yolo-fastestv2 ends with ``Noop output 2 1 794 796 output``), the
+    extra inputs being dropped, but not more (ncnn would read past its inputs)."""
 
     one_blob_only = False
 
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        return (0, None), (0, None)
+
+    def check_blob_counts(self, bottoms: int, tops: int) -> None:
+        if tops > bottoms:
+            s = "" if bottoms == 1 else "s"
+            raise ValueError(
+                f"Noop gives at most {bottoms} output blob{s} (one per input), got {tops}"
+            )
+
+    def _count(self, inputs: int) -> int:
+        return len(self.tops) if self.tops else inputs
+
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-        return [tuple(s) for s in input_shapes]
+        return [tuple(s) for s in input_shapes[: self._count(len(input_shapes))]]
 
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return list(inputs)
+        return list(inputs[: self._count(len(inputs))])

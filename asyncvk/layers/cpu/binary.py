@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ...net._paramdict import ParamDict
-from .._base import Layer
+from .._base import BlobCount, Layer
 from .._registry import register_layer
 
 _F32 = np.float32
@@ -136,6 +136,10 @@ class BinaryOp(Layer):
         self.with_scalar = pd.get_int(1, 0)
         self.b = pd.get_float(2, 0.0)
 
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        """Two operands, or one and the scalar param 2 (with_scalar)."""
+        return ((1, 1) if self.with_scalar else (2, 2)), (1, 1)
+
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         a = np.asarray(inputs[0], dtype=_F32)
         if self.with_scalar:
@@ -166,6 +170,9 @@ class Eltwise(Layer):
         if self.op_type not in (0, 1, 2):
             raise ValueError(f"Eltwise: param 0 op_type={self.op_type} unsupported")
         self.coeffs = pd.get_floats(1, ())
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        return (2, None), (1, 1)
 
     def _check(self, shapes: list[tuple[int, ...]]) -> None:
         if len(shapes) < 2:

@@ -11,11 +11,23 @@ import numpy as np
 
 from ...net._paramdict import ParamDict
 from .._base import Layer, ModelBin
+from .._limits import (
+    MAX_BLOB_ELEMENTS,
+    MAX_CHANNELS,
+    MAX_EXTENT,
+    MAX_KERNEL,
+    MAX_PAD,
+    MAX_STRIDE,
+    check_elements,
+    check_params,
+)
 from .._registry import register_layer
 from .activation import fused_activation, validate_activation
 
 SAME_UPPER = -233
 SAME_LOWER = -234
+#: im2col columns made at once (elements): a large input is convolved in bands of rows.
+IM2COL_BUDGET = 1 << 24
 
 
 def as_chw(x: np.ndarray) -> np.ndarray:
@@ -82,6 +94,30 @@ class _ConvParams(Layer):
         self.group = pd.get_int(7, 1) if self.has_group else 1
         self.activation_type = pd.get_int(9, 0)
         self.activation_params = pd.get_floats(10, ())
+        kind = self.type_name
+        check_params(
+            kind, MAX_CHANNELS, (0, "num_output", self.num_output), (7, "group", self.group)
+        )
+        check_params(
+            kind, MAX_KERNEL, (1, "kernel_w", self.kernel_w), (11, "kernel_h", self.kernel_h)
+        )
+        check_params(
+            kind,
+            MAX_STRIDE,
+            (2, "dilation_w", self.dilation_w),
+            (12, "dilation_h", self.dilation_h),
+            (3, "stride_w", self.stride_w),
+            (13, "stride_h", self.stride_h),
+        )
+        check_params(
+            kind,
+            MAX_PAD,
+            (4, "pad_left", self.pad_left),
+            (15, "pad_right", self.pad_right),
+            (14, "pad_top", self.pad_top),
+            (16, "pad_bottom", self.pad_bottom),
+        )
+        check_params(kind, MAX_BLOB_ELEMENTS, (6, "weight_data_size", self.weight_data_size))
         validate_activation(self.activation_type, self.activation_params)
         if self.num_output <= 0:
             raise ValueError(f"param 0 num_output={self.num_output} must be > 0")
@@ -92,6 +128,13 @@ class _ConvParams(Layer):
         if self.group <= 0 or self.num_output % self.group:
             raise ValueError(f"param 7 group={self.group} must divide num_output")
         _check_pads(self.pads)
+        # every layout of the family holds num_output x (some channels) x kernel_h x kernel_w
+        per_channel = self.num_output * self.maxk
+        if self.weight_data_size <= 0 or self.weight_data_size % per_channel:
+            raise ValueError(
+                f"param 6 weight_data_size={self.weight_data_size} is not a positive multiple "
+                f"of num_output x kernel_w x kernel_h = {per_channel}"
+            )
 
     @property
     def pads(self) -> tuple[int, int, int, int]:
@@ -197,14 +240,22 @@ class _ConvBase(_ConvParams):
         inch_g = self._inch_g(c)
         outh, outw, (top, bottom, left, right) = self._out_hw(h, w)
         x = border(x, top, bottom, left, right, self.pad_value)
-        cols = im2col(
-            x, self.kernel_h, self.kernel_w, self.dilation_h, self.dilation_w,
-            self.stride_h, self.stride_w, outh, outw,
-        )  # fmt: skip
         g = self.group
-        grouped = cols.reshape(g, inch_g * self.maxk, outh * outw)
         wgroups = self.weight.reshape(g, self.num_output // g, inch_g * self.maxk)
-        out = np.matmul(wgroups, grouped).reshape(self.num_output, outh, outw)
+        out = np.empty((self.num_output, outh, outw), np.float32)
+        # im2col copies every input pixel maxk times: bands of output rows bound that copy
+        rows = max(1, IM2COL_BUDGET // max(1, c * self.maxk * outw))
+        ext_h = self.kernel_extent[0]
+        for y0 in range(0, outh, rows):
+            band = min(rows, outh - y0)
+            first = y0 * self.stride_h
+            source = x[:, first : first + (band - 1) * self.stride_h + ext_h]
+            cols = im2col(
+                source, self.kernel_h, self.kernel_w, self.dilation_h, self.dilation_w,
+                self.stride_h, self.stride_w, band, outw,
+            )  # fmt: skip
+            grouped = cols.reshape(g, inch_g * self.maxk, band * outw)
+            out[:, y0 : y0 + band] = np.matmul(wgroups, grouped).reshape(-1, band, outw)
         return [self._finish(out)]
 
 
@@ -229,6 +280,7 @@ def border(x: np.ndarray, top: int, bottom: int, left: int, right: int, value: f
         return x
     c, h, w = x.shape
     hb, wb = h + top + bottom, w + left + right
+    check_elements(c * hb * wb, "the padded blob", (c, hb, wb))
     out = np.full((c, hb, wb), np.float32(value), np.float32)
     src_y0, dst_y0 = max(-top, 0), max(top, 0)
     src_x0, dst_x0 = max(-left, 0), max(left, 0)
@@ -291,6 +343,18 @@ class _DeconvBase(_ConvParams):
         self.output_pad_bottom = pd.get_int(19, self.output_pad_right)
         self.output_w = pd.get_int(20, 0)
         self.output_h = pd.get_int(21, self.output_w)
+        check_params(
+            self.type_name,
+            MAX_PAD,
+            (18, "output_pad_right", self.output_pad_right),
+            (19, "output_pad_bottom", self.output_pad_bottom),
+        )
+        check_params(
+            self.type_name,
+            MAX_EXTENT,
+            (20, "output_w", self.output_w),
+            (21, "output_h", self.output_h),
+        )
         if pd.get_int(28, 0) != 0:
             raise ValueError("param 28 dynamic_weight: weights as inputs are not supported")
         if self.output_pad_right < 0 or self.output_pad_bottom < 0:
@@ -346,6 +410,8 @@ class _DeconvBase(_ConvParams):
         hf, wf, outh, outw, (top, _, left, _) = self._out_hw(h, w)
         g, outch_g = self.group, self.num_output // self.group
         kh, kw = self.kernel_h, self.kernel_w
+        check_elements(self.num_output * kh * kw * h * w, "the deconvolution's tap products")
+        check_elements(self.num_output * hf * wf, "the uncut deconvolution output")
         # weight[g][p][q][k]: contribution[g, p, k, pixel] = sum_q weight * x[g, q, pixel]
         wmat = self.weight.reshape(g, outch_g, inch_g, kh * kw).transpose(0, 1, 3, 2)
         xg = x.reshape(g, inch_g, h * w)
@@ -402,7 +468,13 @@ class InnerProduct(Layer):
             raise ValueError("param 8 int8_scale_term: int8 quantized layers are not supported")
         self.activation_type = pd.get_int(9, 0)
         self.activation_params = pd.get_floats(10, ())
+        check_params(self.type_name, MAX_CHANNELS, (0, "num_output", self.num_output))
+        check_params(
+            self.type_name, MAX_BLOB_ELEMENTS, (2, "weight_data_size", self.weight_data_size)
+        )
         validate_activation(self.activation_type, self.activation_params)
+        if self.weight_data_size <= 0:
+            raise ValueError(f"param 2 weight_data_size={self.weight_data_size} must be > 0")
         if self.num_output <= 0 or self.weight_data_size % self.num_output:
             raise ValueError(
                 f"param 0 num_output={self.num_output} must be > 0 and divide "

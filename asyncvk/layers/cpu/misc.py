@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...net._paramdict import ParamDict
-from .._base import Layer, ModelBin
+from .._base import BlobCount, Layer, ModelBin
+from .._limits import MAX_EXTENT, check_elements, check_params
 from .._registry import register_layer
+
+
+def _read_dims(layer: Layer, pd: ParamDict) -> tuple[int, int, int, int]:
+    """Params 0 w, 1 h, 11 d, 2 c: each >= 0 (0 = absent) and within MAX_EXTENT."""
+    dims = [(0, "w", pd.get_int(0, 0)), (1, "h", pd.get_int(1, 0))]
+    dims += [(11, "d", pd.get_int(11, 0)), (2, "c", pd.get_int(2, 0))]
+    check_params(layer.type_name, MAX_EXTENT, *dims)
+    for key, name, value in dims:
+        if value < 0:
+            raise ValueError(f"{layer.type_name} param {key} ({name}) = {value} must be >= 0")
+    return dims[0][2], dims[1][2], dims[2][2], dims[3][2]
 
 
 def _shape_from(w: int, h: int, d: int, c: int) -> tuple[int, ...]:
@@ -29,10 +43,10 @@ class Input(Layer):
         self.w = self.h = self.d = self.c = 0
 
     def load_param(self, pd: ParamDict) -> None:
-        self.w = pd.get_int(0, 0)
-        self.h = pd.get_int(1, 0)
-        self.d = pd.get_int(11, 0)
-        self.c = pd.get_int(2, 0)
+        self.w, self.h, self.d, self.c = _read_dims(self, pd)
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        return (0, 0), (1, 1)
 
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         if input_shapes:
@@ -58,11 +72,14 @@ class MemoryData(Layer):
         self.data = np.zeros(1, np.float32)
 
     def load_param(self, pd: ParamDict) -> None:
-        self.w = pd.get_int(0, 0)
-        self.h = pd.get_int(1, 0)
-        self.d = pd.get_int(11, 0)
-        self.c = pd.get_int(2, 0)
+        self.w, self.h, self.d, self.c = _read_dims(self, pd)
         self.load_type = pd.get_int(21, 1)
+        if self.load_type not in (0, 1):
+            raise ValueError(f"MemoryData: param 21 load_type={self.load_type} must be 0 or 1")
+        check_elements(math.prod(self.shape), "MemoryData's blob")
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        return (0, 0), (1, 1)
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -6,24 +6,46 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...net._paramdict import ParamDict
-from .._base import Layer, ModelBin
+from .._base import BlobCount, Layer, ModelBin
+from .._limits import MAX_CHANNELS, check_params
 from .._registry import register_layer
 
 
 def _per_axis0(values: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Broadcast one value per index of axis 0 over the rest of ``x``."""
     n = x.shape[0]
-    if values.size < n:
-        raise ValueError(f"{values.size} per-channel values for a blob of shape {x.shape}")
+    _check_count(values.size, "per-channel values", tuple(x.shape))
     return values[:n].reshape((n,) + (1,) * (x.ndim - 1))
+
+
+def _check_count(have: int, what: str, shape: tuple[int, ...], need: int | None = None) -> None:
+    """ncnn reads one value per index of axis 0, unchecked: refuse too few."""
+    need = shape[0] if need is None else need
+    if have < need:
+        raise ValueError(f"{have} {what} for a blob of shape {shape} (needs {need})")
+
+
+def _channel_count(layer: Layer, pd: ParamDict, key: int, name: str) -> int:
+    value = pd.get_int(key, 0)
+    check_params(layer.type_name, MAX_CHANNELS, (key, name, value))
+    if value < 0 and not (layer.type_name == "Scale" and value == -233):
+        raise ValueError(f"{layer.type_name} param {key} ({name}) = {value} must be >= 0")
+    return value
 
 
 class _SameShape(Layer):
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-        return [tuple(input_shapes[0])]
+        shape = tuple(input_shapes[0])
+        self.check_channels(shape)
+        return [shape]
+
+    def check_channels(self, shape: tuple[int, ...]) -> None:
+        """Refuse a blob with more channels than the layer has values for."""
 
 
 @register_layer("BatchNorm")
@@ -41,13 +63,17 @@ class BatchNorm(_SameShape):
         self.b = np.zeros(0, np.float32)
 
     def load_param(self, pd: ParamDict) -> None:
-        self.channels = pd.get_int(0, 0)
+        self.channels = _channel_count(self, pd, 0, "channels")
         self.eps = pd.get_float(1, 0.0)
+
+    def check_channels(self, shape: tuple[int, ...]) -> None:
+        _check_count(self.channels, "BatchNorm channels (param 0)", shape)
 
     def load_model(self, mb: ModelBin) -> None:
         n = self.channels
         slope, mean, var, bias = (np.asarray(mb.load(n, 1), np.float32) for _ in range(4))
-        sqrt_var = np.sqrt(var + np.float32(self.eps)).astype(np.float32)
+        with np.errstate(invalid="ignore"):  # a negative variance is NaN, as in ncnn
+            sqrt_var = np.sqrt(var + np.float32(self.eps)).astype(np.float32)
         sqrt_var = np.where(sqrt_var == 0, np.float32(0.0001), sqrt_var)
         self.a = (bias - slope * mean / sqrt_var).astype(np.float32)
         self.b = (slope / sqrt_var).astype(np.float32)
@@ -69,13 +95,25 @@ class Scale(_SameShape):
         self.bias: np.ndarray | None = None
 
     def load_param(self, pd: ParamDict) -> None:
-        self.scale_data_size = pd.get_int(0, 0)
+        self.scale_data_size = _channel_count(self, pd, 0, "scale_data_size")
         self.bias_term = pd.get_int(1, 0)
         if self.scale_data_size == -233:
             self.one_blob_only = False  # type: ignore[misc]
             if self.bias_term:
                 # ncnn loads no bias in this mode and would read an empty Mat
                 raise ValueError("param 1 bias_term needs a fixed param 0 scale_data_size")
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        """scale_data_size -233 takes the scale from a second input."""
+        return ((2, 2) if self.scale_data_size == -233 else (1, 1)), (1, 1)
+
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        shape = tuple(input_shapes[0])
+        if self.scale_data_size == -233:
+            _check_count(math.prod(input_shapes[1]), "scale values (second input)", shape)
+        else:
+            _check_count(self.scale_data_size, "Scale values (param 0)", shape)
+        return [shape]
 
     def load_model(self, mb: ModelBin) -> None:
         if self.scale_data_size == -233:
@@ -107,7 +145,11 @@ class Bias(_SameShape):
         self.bias = np.zeros(0, np.float32)
 
     def load_param(self, pd: ParamDict) -> None:
-        self.bias_data_size = pd.get_int(0, 0)
+        self.bias_data_size = _channel_count(self, pd, 0, "bias_data_size")
+
+    def check_channels(self, shape: tuple[int, ...]) -> None:
+        need = 1 if len(shape) <= 2 else shape[0]
+        _check_count(self.bias_data_size, "Bias values (param 0)", shape, need)
 
     def load_model(self, mb: ModelBin) -> None:
         self.bias = np.asarray(mb.load(self.bias_data_size, 1), np.float32)
@@ -129,7 +171,13 @@ class PReLU(_SameShape):
         self.slope = np.zeros(0, np.float32)
 
     def load_param(self, pd: ParamDict) -> None:
-        self.num_slope = pd.get_int(0, 0)
+        self.num_slope = _channel_count(self, pd, 0, "num_slope")
+        if self.num_slope == 0:
+            raise ValueError("PReLU param 0 (num_slope) = 0: needs at least one slope")
+
+    def check_channels(self, shape: tuple[int, ...]) -> None:
+        if self.num_slope > 1:
+            _check_count(self.num_slope, "PReLU slopes (param 0)", shape)
 
     def load_model(self, mb: ModelBin) -> None:
         self.slope = np.asarray(mb.load(self.num_slope, 1), np.float32)

@@ -1,4 +1,9 @@
-"""Pooling (max / average, padded, global, adaptive) in numpy, as ncnn's pooling.cpp."""
+"""Pooling (max / average, padded, global, adaptive) in numpy, as ncnn's pooling.cpp.
+
+Max pooling keeps ncnn's NaN behaviour: pooling.cpp starts from the window's first value and
+folds ``max = std::max(max, v)``, i.e. ``max < v ? v : max``, so a NaN comes out only when it
+is the first value of the window (a padded window starts on -FLT_MAX).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import numpy as np
 
 from ...net._paramdict import ParamDict
 from .._base import Layer
+from .._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE, check_params
 from .._registry import register_layer
 from .conv import as_chw, border, same_pads
 
@@ -26,6 +32,13 @@ def _windows(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int
         strides=(s_c, s_h * sh, s_w * sw, s_h, s_w),
         writeable=False,
     )
+
+
+def ncnn_max(values: np.ndarray, first: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
+    """ncnn's ``max = first; for v: max = std::max(max, v)`` over ``axis``: NaN when ``first``
+    is NaN, else the largest value that is not NaN."""
+    largest = np.fmax.reduce(values, axis=axis)
+    return np.where(np.isnan(first), first, largest).astype(np.float32)
 
 
 def _valid_counts(n_out: int, stride: int, k: int, lo: int, hi: int) -> np.ndarray:
@@ -68,6 +81,22 @@ class Pooling(Layer):
         self.adaptive_pooling = pd.get_int(7, 0)
         self.out_w = pd.get_int(8, 0)
         self.out_h = pd.get_int(18, self.out_w)
+        kind = self.type_name
+        check_params(
+            kind, MAX_KERNEL, (1, "kernel_w", self.kernel_w), (11, "kernel_h", self.kernel_h)
+        )
+        check_params(
+            kind, MAX_STRIDE, (2, "stride_w", self.stride_w), (12, "stride_h", self.stride_h)
+        )
+        check_params(
+            kind,
+            MAX_PAD,
+            (3, "pad_left", self.pad_left),
+            (14, "pad_right", self.pad_right),
+            (13, "pad_top", self.pad_top),
+            (15, "pad_bottom", self.pad_bottom),
+        )
+        check_params(kind, MAX_EXTENT, (8, "out_w", self.out_w), (18, "out_h", self.out_h))
         if self.pooling_type not in (POOL_MAX, POOL_AVE):
             raise ValueError(f"param 0 pooling_type={self.pooling_type} must be 0 (max) or 1 (avg)")
         if self.global_pooling or self.adaptive_pooling:
@@ -151,7 +180,7 @@ class Pooling(Layer):
         if self.global_pooling:
             flat = x.reshape(c, h * w)
             if self.pooling_type == POOL_MAX:
-                return [flat.max(axis=1)]
+                return [ncnn_max(flat, flat[:, 0], axis=1)]
             return [(flat.sum(axis=1, dtype=np.float32) / np.float32(h * w)).astype(np.float32)]
         if self.adaptive_pooling:
             out_h, out_w = self._adaptive_hw(h, w)
@@ -161,24 +190,30 @@ class Pooling(Layer):
         return [self._pool(x)]
 
     def _adaptive(self, x: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
-        """Bins [floor(i*h/out), ceil((i+1)*h/out)); reduce rows, then columns."""
+        """Bins [floor(i*h/out), ceil((i+1)*h/out)); reduce rows, then columns (max: NaN only
+        where the bin's first value is NaN, as ncnn)."""
         c, h, w = x.shape
-        reduce = np.max if self.pooling_type == POOL_MAX else np.sum
+        reduce = np.fmax.reduce if self.pooling_type == POOL_MAX else np.sum
         rows = np.empty((c, out_h, w), np.float32)
         hk = np.empty(out_h, np.float32)
+        row0 = np.empty(out_h, np.int64)
         for i in range(out_h):
             ih0, ih1 = h * i // out_h, (h * (i + 1) + out_h - 1) // out_h
             rows[:, i] = reduce(x[:, ih0:ih1], axis=1)
             hk[i] = ih1 - ih0
+            row0[i] = ih0
         out = np.empty((c, out_h, out_w), np.float32)
         wk = np.empty(out_w, np.float32)
+        col0 = np.empty(out_w, np.int64)
         for j in range(out_w):
             iw0, iw1 = w * j // out_w, (w * (j + 1) + out_w - 1) // out_w
             out[:, :, j] = reduce(rows[:, :, iw0:iw1], axis=2)
             wk[j] = iw1 - iw0
+            col0[j] = iw0
         if self.pooling_type == POOL_AVE:
-            out = out / hk[:, None] / wk[None, :]
-        return out.astype(np.float32, copy=False)
+            return (out / hk[:, None] / wk[None, :]).astype(np.float32, copy=False)
+        first = x[:, row0][:, :, col0]
+        return np.where(np.isnan(first), first, out).astype(np.float32, copy=False)
 
     def _pool(self, x: np.ndarray) -> np.ndarray:
         h, w = x.shape[1:]
@@ -187,7 +222,8 @@ class Pooling(Layer):
         kh, kw, sh, sw = self.kernel_h, self.kernel_w, self.stride_h, self.stride_w
         if self.pooling_type == POOL_MAX:
             xb = border(x, top, bottom, left, right, -FLT_MAX)
-            return _windows(xb, kh, kw, sh, sw, outh, outw).max(axis=(3, 4))
+            windows = _windows(xb, kh, kw, sh, sw, outh, outw)
+            return ncnn_max(windows, windows[:, :, :, 0, 0], axis=(3, 4))
         xb = border(x, top, bottom, left, right, 0.0)
         if self.avgpool_count_include_pad:
             total = _windows(xb, kh, kw, sh, sw, outh, outw).sum(axis=(3, 4), dtype=np.float32)

@@ -2,7 +2,10 @@
 
 Reduction keeps ncnn's quirks on purpose: LogSumExp is ``log(sum(exp(x)))`` without the max
 shift (so it overflows where ncnn does), MEAN multiplies by ``coeff / count``, L2 flushes a
-subnormal sum to zero before the square root.
+subnormal sum to zero before the square root. MAX and MIN fold ``std::max(acc, v)`` from
+-FLT_MAX (``std::min`` from FLT_MAX), which never takes a NaN: they ignore NaN, and an all-NaN
+run gives -FLT_MAX (FLT_MAX). Softmax's max is the same fold, so a NaN reaches the output only
+through ``exp`` and the sum, which makes its whole run NaN.
 """
 
 from __future__ import annotations
@@ -79,9 +82,9 @@ class Reduction(Layer):
             elif op in (2, 8):
                 r = np.sum(x * x, axis=axes, dtype=_F32)
             elif op == 4:
-                r = np.maximum(np.max(x, axis=axes), _F32(-np.finfo(_F32).max))
+                r = np.fmax(np.fmax.reduce(x, axis=axes), _F32(-np.finfo(_F32).max))
             elif op == 5:
-                r = np.minimum(np.min(x, axis=axes), _F32(np.finfo(_F32).max))
+                r = np.fmin(np.fmin.reduce(x, axis=axes), _F32(np.finfo(_F32).max))
             elif op == 6:
                 r = np.prod(x, axis=axes, dtype=_F32)
             else:
@@ -128,7 +131,7 @@ class Softmax(Layer):
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(inputs[0], dtype=_F32)
         axis = self._axis(x.ndim)
-        m = np.maximum(np.max(x, axis=axis, keepdims=True), _F32(-np.finfo(_F32).max))
+        m = np.fmax(np.fmax.reduce(x, axis=axis, keepdims=True), _F32(-np.finfo(_F32).max))
         with np.errstate(all="ignore"):
             e = np.exp(x - m)
             s = np.sum(e, axis=axis, keepdims=True, dtype=_F32)

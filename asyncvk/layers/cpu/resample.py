@@ -7,10 +7,13 @@ resize results differ visibly between frameworks at the borders.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...net._paramdict import ParamDict
-from .._base import Layer
+from .._base import BlobCount, Layer
+from .._limits import MAX_EXTENT, check_params
 from .._registry import register_layer
 from .shape import mat_whdc
 
@@ -124,6 +127,15 @@ def _resize_axis(
     return np.moveaxis(_resize_last_axis(moved, ofs, coeffs, taps), -1, axis)
 
 
+def _scaled(size: int, scale: float) -> int:
+    """ncnn's ``int(size * scale)`` in float32, refused when it is not a blob dimension."""
+    with np.errstate(over="ignore"):
+        value = float(_F32(size) * _F32(scale))
+    if not math.isfinite(value) or value > MAX_EXTENT:
+        raise ValueError(f"Interp: {size} x scale {scale} = {value} exceeds the limit {MAX_EXTENT}")
+    return int(value)
+
+
 @register_layer("Interp")
 class Interp(Layer):
     """Resize: ``resize_type`` (0) 1 nearest, 2 bilinear, 3 bicubic; scales (1 h, 2 w) or
@@ -154,6 +166,26 @@ class Interp(Layer):
             raise ValueError(f"Interp: param 0 resize_type={self.resize_type} unsupported")
         if pd.get_str(9, ""):
             raise ValueError("Interp: param 9 size_expr unsupported")
+        sizes = [(3, "output_height", self.output_height), (4, "output_width", self.output_width)]
+        check_params(self.type_name, MAX_EXTENT, *sizes)
+        for key, name, value in sizes:
+            if value < 0:
+                raise ValueError(f"Interp param {key} ({name}) = {value} must be >= 0")
+        if not self.dynamic_target_size and (self.output_width == 0 or self.output_height == 0):
+            for key, name, scale in [
+                (1, "height_scale", self.height_scale),
+                (2, "width_scale", self.width_scale),
+            ]:
+                with np.errstate(over="ignore"):
+                    as_read = float(_F32(scale))  # ncnn reads a float32: 1e39 is inf
+                if not (math.isfinite(as_read) and as_read > 0):
+                    raise ValueError(
+                        f"Interp param {key} ({name}) = {scale} must be a finite number > 0"
+                    )
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        """dynamic_target_size (param 5) takes the output size from a second input."""
+        return ((2, 2) if self.dynamic_target_size else (1, 1)), (1, 1)
 
     def _target(self, shape: Shape, ref: Shape | None) -> tuple[int, int]:
         """``(outw, outh)`` as Interp::forward resolves them."""
@@ -167,8 +199,8 @@ class Interp(Layer):
             w = h = 1
         outw, outh = self.output_width, self.output_height
         if outw == 0 or outh == 0:
-            outw = int(_F32(w) * _F32(self.width_scale))
-            outh = int(_F32(h) * _F32(self.height_scale))
+            outw = _scaled(w, self.width_scale)
+            outh = _scaled(h, self.height_scale)
         return outw, outh
 
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:

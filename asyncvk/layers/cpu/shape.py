@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...net._paramdict import ParamDict
-from .._base import Layer, ModelBin
+from .._base import BlobCount, Layer, ModelBin
+from .._limits import MAX_CHANNELS, MAX_EXTENT, MAX_PAD, MAX_STRIDE, check_params
 from .._registry import register_layer
 
 _F32 = np.float32
@@ -50,6 +51,9 @@ class Split(Layer):
 
     one_blob_only = False
 
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        return (1, 1), (1, None)
+
     def _count(self) -> int:
         return max(len(self.tops), 1)
 
@@ -73,6 +77,9 @@ class Concat(Layer):
 
     def load_param(self, pd: ParamDict) -> None:
         self.axis = pd.get_int(0, 0)
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        return (1, None), (1, 1)
 
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
         shapes = [tuple(s) for s in input_shapes]
@@ -112,6 +119,22 @@ class Slice(Layer):
         self.indices = pd.get_ints(2, ())
         if not self.slices and not self.indices:
             raise ValueError("Slice: param 0 slices or param 2 indices is required")
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        return (1, 1), (1, None)
+
+    def check_blob_counts(self, bottoms: int, tops: int) -> None:
+        super().check_blob_counts(bottoms, tops)
+        # ncnn reads slices[i] (or indices[i]) for each top, unchecked
+        if self.indices and len(self.indices) < tops - 1:
+            raise ValueError(
+                f"Slice: param 2 indices has {len(self.indices)} values for {tops} outputs "
+                f"(needs {tops - 1})"
+            )
+        if not self.indices and len(self.slices) < tops:
+            raise ValueError(
+                f"Slice: param 0 slices has {len(self.slices)} values for {tops} outputs"
+            )
 
     def _count(self) -> int:
         if self.tops:
@@ -194,6 +217,26 @@ class Crop(Layer):
         for key in (19, 20, 21):
             if pd.get_str(key, ""):
                 raise ValueError(f"Crop: param {key} (expression) unsupported")
+        check_params(
+            self.type_name,
+            MAX_EXTENT,
+            (0, "woffset", self.woffset),
+            (1, "hoffset", self.hoffset),
+            (13, "doffset", self.doffset),
+            (2, "coffset", self.coffset),
+            (3, "outw", self.outw),
+            (4, "outh", self.outh),
+            (14, "outd", self.outd),
+            (5, "outc", self.outc),
+            (6, "woffset2", self.woffset2),
+            (7, "hoffset2", self.hoffset2),
+            (15, "doffset2", self.doffset2),
+            (8, "coffset2", self.coffset2),
+        )
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        """A second input is the reference, read exactly when no size param is given."""
+        return ((2, 2) if self.uses_reference else (1, 1)), (1, 1)
 
     @property
     def _numpy_style(self) -> bool:
@@ -344,6 +387,21 @@ class Padding(Layer):
         self.per_channel_pad_data_size = pd.get_int(6, 0)
         self.front = pd.get_int(7, 0)
         self.behind = pd.get_int(8, 0)
+        check_params(
+            self.type_name,
+            MAX_PAD,
+            (0, "top", self.top),
+            (1, "bottom", self.bottom),
+            (2, "left", self.left),
+            (3, "right", self.right),
+            (7, "front", self.front),
+            (8, "behind", self.behind),
+        )
+        check_params(
+            self.type_name,
+            MAX_CHANNELS,
+            (6, "per_channel_pad_data_size", self.per_channel_pad_data_size),
+        )
         if self.type not in (0, 1, 2):
             raise ValueError(f"Padding: param 4 type={self.type} unsupported")
         pads = (self.top, self.bottom, self.left, self.right, self.front, self.behind)
@@ -369,16 +427,26 @@ class Padding(Layer):
 
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
         shape = tuple(input_shapes[0])
+        if len(shape) > 4:
+            raise ValueError(f"Padding: blob shape {shape} is not 1..4-D")
         pads = self._pads(len(shape))
-        return [tuple(n + a + b for n, (a, b) in zip(shape, pads, strict=True))]
+        if self.type == 2:
+            for n, (a, b) in zip(shape, pads, strict=True):
+                if max(a, b) > n - 1:
+                    raise ValueError(f"Padding: reflect pad {(a, b)} exceeds size {n} - 1")
+        out = tuple(n + a + b for n, (a, b) in zip(shape, pads, strict=True))
+        if self.type == 0 and self.per_channel_pad_data_size and len(shape) >= 3:
+            if self.per_channel_pad_data_size < out[0]:
+                raise ValueError(
+                    f"Padding: param 6 per_channel_pad_data_size={self.per_channel_pad_data_size}"
+                    f" is less than the {out[0]} padded channels"
+                )
+        return [out]
 
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = _f32(inputs[0])
+        self.output_shapes([x.shape])
         pads = self._pads(x.ndim)
-        if self.type == 2:
-            for n, (a, b) in zip(x.shape, pads, strict=True):
-                if max(a, b) > n - 1:
-                    raise ValueError(f"Padding: reflect pad {(a, b)} exceeds size {n} - 1")
         if self.type == 1:
             return [np.pad(x, pads, mode="edge")]
         if self.type == 2:
@@ -425,6 +493,16 @@ class Reshape(Layer):
             self.ndim = 1
         if self.w == -233:
             raise ValueError("Reshape: param 0 w must be given")
+        dims = [(0, "w", self.w), (1, "h", self.h), (11, "d", self.d), (2, "c", self.c)]
+        check_params(self.type_name, MAX_EXTENT, *dims)
+        for key, name, value in dims:
+            if value < -1 and value != -233:
+                raise ValueError(
+                    f"Reshape: param {key} ({name}) = {value}: a size is > 0, 0 (keep), "
+                    "-1 (infer) or -233 (absent)"
+                )
+        if sum(1 for _, _, value in dims if value == -1) > 1:
+            raise ValueError("Reshape: params 0/1/11/2: only one size can be -1 (inferred)")
 
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
         shape = tuple(input_shapes[0])
@@ -544,6 +622,7 @@ class ShuffleChannel(Layer):
     def load_param(self, pd: ParamDict) -> None:
         self.group = pd.get_int(0, 1)
         self.reverse = pd.get_int(1, 0)
+        check_params(self.type_name, MAX_CHANNELS, (0, "group", self.group))
         if self.group <= 0:
             raise ValueError(f"ShuffleChannel: param 0 group={self.group} invalid")
 
@@ -579,6 +658,7 @@ class PixelShuffle(Layer):
     def load_param(self, pd: ParamDict) -> None:
         self.upscale_factor = pd.get_int(0, 1)
         self.mode = pd.get_int(1, 0)
+        check_params(self.type_name, MAX_STRIDE, (0, "upscale_factor", self.upscale_factor))
         if self.upscale_factor <= 0:
             raise ValueError(f"PixelShuffle: param 0 upscale_factor={self.upscale_factor}")
         if self.mode not in (0, 1):

@@ -219,7 +219,7 @@ class BinaryOp(VulkanLayer):
         return {"binary": PipelineSpec("binary", spec, self.local_size_1d())}
 
     def _probe(self, shapes: list[Shape]) -> tuple[tuple[int, int, int, int], ...] | None:
-        out = tuple(self.layer.output_shapes(shapes)[0])  # type: ignore[attr-defined]
+        out = tuple(self.layer.output_shapes(shapes)[0])
         layer_cls: Any = type(self.layer)  # a class hashes by identity (mypy cannot tell)
         return _strides_by_probe(layer_cls, tuple(map(tuple, shapes)), out)
 
