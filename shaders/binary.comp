@@ -3,6 +3,7 @@
 // ncnn's broadcasting rules into per-dimension element strides for a and b over the 4-D output
 // (w, h, d, c); a broadcast dimension has stride 0. with_scalar uses b = scalar (b_mode 1).
 //   0 add 1 sub 2 mul 3 div 4 max 5 min 6 pow 7 rsub 8 rdiv 9 rpow 10 atan2 11 ratan2
+// max and min are ncnn's std::max(x, y) / std::min(x, y): NaN only when x is NaN.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int op = 0;
@@ -21,13 +22,15 @@ layout(push_constant) uniform Params {
     ivec4 b_stride;
 } p;
 
+#include "std_minmax.h"
+
 float apply(float x, float y) {
     if (op == 0) return x + y;
     if (op == 1) return x - y;
     if (op == 2) return x * y;
     if (op == 3) return x / y;
-    if (op == 4) return max(x, y);
-    if (op == 5) return min(x, y);
+    if (op == 4) return std_max(x, y);
+    if (op == 5) return std_min(x, y);
     if (op == 6) return pow(x, y);
     if (op == 7) return y - x;
     if (op == 8) return y / x;

@@ -30,6 +30,7 @@ layout(push_constant) uniform Params {
     int pad_left; int pad_top;
 } p;
 
+#include "std_minmax.h"
 #include "activation.h"
 
 void main() {

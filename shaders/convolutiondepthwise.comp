@@ -30,6 +30,7 @@ layout(push_constant) uniform Params {
     int pad_left; int pad_top;
 } p;
 
+#include "std_minmax.h"
 #include "activation.h"
 
 const int span = 3 * stride_w + (kernel_w - 1) * dilation_w + 1;  // input columns of 4 outputs

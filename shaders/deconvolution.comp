@@ -29,6 +29,7 @@ layout(push_constant) uniform Params {
     int crop_left; int crop_top;
 } p;
 
+#include "std_minmax.h"
 #include "activation.h"
 
 void main() {

@@ -18,6 +18,7 @@ layout(push_constant) uniform Params { int n_in; int n_out; } p;
 
 shared float partial[gl_WorkGroupSize.x];
 
+#include "std_minmax.h"
 #include "activation.h"
 
 void main() {

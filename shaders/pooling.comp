@@ -3,6 +3,9 @@
 // constants (global pooling's kernel is the input size), so pooling layers of one type share a
 // pipeline. Average pooling divides by the real pixels in the window, or with
 // count_include_pad by the whole kernel area, as ncnn does (pads read as nothing).
+// Max pooling is ncnn's fold: max = the window's first value (-FLT_MAX where that is padding),
+// then max = std::max(max, v) over the window, padding included: a NaN comes out only when it
+// is the window's first value.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int pooling_type = 0;  // 0 max, 1 avg
@@ -19,6 +22,8 @@ layout(push_constant) uniform Params {
     int stride_w; int stride_h;
     int pad_left; int pad_top; int pad_right; int pad_bottom;
 } p;
+
+#include "std_minmax.h"
 
 void main() {
     int ox = int(gl_GlobalInvocationID.x);
@@ -39,12 +44,19 @@ void main() {
         y1 = y0 + p.kernel_h;
     }
     int plane = ch * p.w * p.h;
-    float acc = pooling_type == 0 ? -3.402823466e+38 : 0.0;
+    const float pad = -3.402823466e+38;
+    float acc = 0.0;
+    if (pooling_type == 0) {
+        bool first_inside = y0 >= 0 && y0 < p.h && x0 >= 0 && x0 < p.w;
+        acc = first_inside ? float(x_in[plane + y0 * p.w + x0]) : pad;
+        bool padded = y0 < 0 || x0 < 0 || y1 > p.h || x1 > p.w;
+        if (padded) acc = std_max(acc, pad);
+    }
     int count = 0;
     for (int y = max(y0, 0); y < min(y1, p.h); y++) {
         for (int x = max(x0, 0); x < min(x1, p.w); x++) {
             float v = float(x_in[plane + y * p.w + x]);
-            if (pooling_type == 0) acc = max(acc, v); else acc += v;
+            if (pooling_type == 0) acc = std_max(acc, v); else acc += v;
             count++;
         }
     }

@@ -11,6 +11,10 @@ layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
 
 layout(push_constant) uniform Params { int outer; int len; int inner; } p;
 
+// max and min fold ncnn's std::max(acc, v) from -FLT_MAX (std::min from FLT_MAX): NaN never
+// enters the accumulator
+#include "std_minmax.h"
+
 void main() {
     int i = int(gl_GlobalInvocationID.x);
     if (i >= p.outer * p.inner) return;
@@ -20,15 +24,15 @@ void main() {
     float acc = op == 4 ? -3.402823466e+38 : (op == 5 ? 3.402823466e+38 : (op == 6 ? 1.0 : 0.0));
     float m = -3.402823466e+38;
     if (op == 10) {
-        for (int j = 0; j < p.len; j++) m = max(m, float(x_in[base + j * p.inner]));
+        for (int j = 0; j < p.len; j++) m = std_max(m, float(x_in[base + j * p.inner]));
     }
     for (int j = 0; j < p.len; j++) {
         float v = float(x_in[base + j * p.inner]);
         if (op == 0 || op == 3 || op == 9) acc += v;
         else if (op == 1 || op == 7) acc += abs(v);
         else if (op == 2 || op == 8) acc += v * v;
-        else if (op == 4) acc = max(acc, v);
-        else if (op == 5) acc = min(acc, v);
+        else if (op == 4) acc = std_max(acc, v);
+        else if (op == 5) acc = std_min(acc, v);
         else if (op == 6) acc *= v;
         else if (op == 10) acc += exp(v - m);
     }

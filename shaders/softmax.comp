@@ -8,6 +8,10 @@ layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
 
 layout(push_constant) uniform Params { int outer; int len; int inner; } p;
 
+// the max is ncnn's std::max fold from -FLT_MAX (a NaN never becomes it); a NaN still turns
+// the whole line NaN through exp and the sum, as in ncnn
+#include "std_minmax.h"
+
 void main() {
     int i = int(gl_GlobalInvocationID.x);
     if (i >= p.outer * p.inner) return;
@@ -15,7 +19,7 @@ void main() {
     int k = i % p.inner;
     int base = o * p.len * p.inner + k;
     float m = -3.402823466e+38;
-    for (int j = 0; j < p.len; j++) m = max(m, float(x_in[base + j * p.inner]));
+    for (int j = 0; j < p.len; j++) m = std_max(m, float(x_in[base + j * p.inner]));
     float s = 0.0;
     for (int j = 0; j < p.len; j++) s += exp(float(x_in[base + j * p.inner]) - m);
     for (int j = 0; j < p.len; j++) {

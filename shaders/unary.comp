@@ -7,6 +7,8 @@
 //   16 square   17 sqrt   18 rsqrt   19 exp   20 log   21 sin   22 cos   23 tan   24 asin
 //   25 acos   26 atan   27 reciprocal   28 log10   29 round (half to even)   30 trunc
 //   31 scale(a): x * a
+// Every op gives NaN for NaN, as ncnn's layers do (ReLU is x < 0 ? x * slope : x, Clip and the
+// hard ops compare, which NaN fails); GLSL's max()/clamp() would be free to drop it.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int op = 0;
@@ -18,15 +20,25 @@ layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
 
 layout(push_constant) uniform Params { int n; } p;
 
+#include "std_minmax.h"
+
 float activate(float x) {
-    if (op == 0) return x;
-    if (op == 1) return x > 0.0 ? x : x * a;
-    if (op == 2) return clamp(x, a, b);
+    if (op == 0 || is_nan(x)) return x;
+    if (op == 1) return x < 0.0 ? (a == 0.0 ? 0.0 : x * a) : x;
+    if (op == 2) {
+        float v = x < a ? a : x;  // ncnn: min first, then max
+        return v > b ? b : v;
+    }
     if (op == 3) return 1.0 / (1.0 + exp(-x));
     if (op == 4) return tanh(x);
     if (op == 5) return x / (1.0 + exp(-x));
-    if (op == 6) return clamp(x * a + b, 0.0, 1.0);
-    if (op == 7) return x * clamp(x * a + b, 0.0, 1.0);
+    if (op == 6 || op == 7) {
+        float lower = -b / a;
+        float upper = 1.0 / a + lower;
+        if (x < lower) return 0.0;
+        if (x > upper) return op == 6 ? 1.0 : x;
+        return op == 6 ? x * a + b : x * (x * a + b);
+    }
     if (op == 8) return x * tanh(x > 20.0 ? x : log(1.0 + exp(x)));
     if (op == 9) return x > 0.0 ? x : a * (exp(x) - 1.0);
     if (op == 10) {
