@@ -31,9 +31,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from .. import _vk
 from .._errors import CacheMissError, PipelineError, SpirvError, VulkanError
 from ..gpu._device import VulkanDevice, get_gpu_device
+from ..gpu._driver_cache import DriverPipelineCache, blob_holds_pipelines
 from ..gpu._pipeline import PipelineArtifact, SpecValue, create_pipeline
 from ..shader._compiler import TargetEnv, compile_glsl
 from ..shader._interface import declared_interface, interface_mismatch
@@ -54,8 +54,6 @@ from ._keys import SpirvKey
 from ._persist import CacheSource, SaveResult
 
 log = logging.getLogger("asyncvk.cache")
-vk = _vk.vkapi
-ffi = _vk.ffi
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -152,12 +150,12 @@ class PipelineCache:
         self._rejected_spirv: set[tuple[SpirvKey, bytes]] = set()  # never adopted again
         self._merged_blobs: set[bytes] = set()  # blake2b of each driver blob merged
         self._refused_blobs: set[bytes] = set()  # blobs that broke pipeline creation
-        self._retired_vk_caches: list[Any] = []  # replaced, destroyed on close
+        self._retired_vk_caches: list[DriverPipelineCache] = []  # replaced, released on close
         self._stats: dict[str, float] = dict.fromkeys(CacheStatistics.__dataclass_fields__, 0)
         self._macros = device_macros(self.device.info)
         self._macro_hash = macro_hash(self._macros)
         self.broken = self.device.quirks.broken_pipeline_cache
-        self.vk_cache = None if self.broken else self._create_vk_cache(b"")
+        self.vk_cache = None if self.broken else DriverPipelineCache(self.device)
         self.driver_blob_loaded = False
         self.generation = 0  # bumps whenever something new is built (autosave watches it)
         self.saved_generation = 0
@@ -167,36 +165,13 @@ class PipelineCache:
 
     # -- driver VkPipelineCache -------------------------------------------------------------
 
-    def _create_vk_cache(self, blob: bytes) -> Any:
-        data = ffi.from_buffer(blob) if blob else ffi.NULL
-        info = ffi.new(
-            "VkPipelineCacheCreateInfo*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
-                "initialDataSize": len(blob),
-                "pInitialData": data,
-            },
-        )
-        out = ffi.new("VkPipelineCache*")
-        _vk.checked.vkCreatePipelineCache(self.device.handle, info, ffi.NULL, out)
-        self.device.track("pipeline_cache", +1)
-        return out[0]
-
     def driver_blob(self) -> bytes:
-        """``vkGetPipelineCacheData``: size query, then data (empty when there is no cache)."""
-        if self.vk_cache is None:
-            return b""
-        size = ffi.new("size_t*")
-        dev = self.device.handle
-        _vk.checked.vkGetPipelineCacheData(dev, self.vk_cache, size, ffi.NULL)
-        if size[0] == 0:
-            return b""
-        data = ffi.new("char[]", size[0])
-        _vk.checked.vkGetPipelineCacheData(dev, self.vk_cache, size, data)
-        return bytes(ffi.buffer(data, size[0]))
+        """The live driver cache's data (empty when there is none)."""
+        vk_cache = self.vk_cache
+        return b"" if vk_cache is None else vk_cache.data()
 
     def merge_driver_blob(self, blob: bytes) -> None:
-        """Merge a validated blob into the live VkPipelineCache (vkMergePipelineCaches).
+        """Merge a validated blob into the live driver cache.
 
         A blob that already broke pipeline creation in this process is not merged again.
         """
@@ -207,16 +182,8 @@ class PipelineCache:
             log.info("not merging a driver blob that broke pipeline creation in this process")
             return
         self._merged_blobs.add(digest)
-        temp = self._create_vk_cache(blob)
-        try:
-            sources = ffi.new("VkPipelineCache[1]", [temp])
-            _vk.checked.vkMergePipelineCaches(self.device.handle, self.vk_cache, 1, sources)
-        finally:
-            _vk.api.vkDestroyPipelineCache(self.device.handle, temp, None)
-            self.device.track("pipeline_cache", -1)
-        # A blob that is only its 32-byte header (lavapipe's) holds no pipelines to hit.
-        header_length = int.from_bytes(blob[:4], "little")
-        self.driver_blob_loaded = self.driver_blob_loaded or len(blob) > header_length
+        self.vk_cache.merge(blob)
+        self.driver_blob_loaded = self.driver_blob_loaded or blob_holds_pipelines(blob)
 
     # -- statistics ----------------------------------------------------------------------------
 
@@ -522,7 +489,9 @@ class PipelineCache:
 
         requested = time.perf_counter()
 
-        def create(spirv: bytes, info: ShaderInfo, vk_cache: Any) -> PipelineArtifact:
+        def create(
+            spirv: bytes, info: ShaderInfo, vk_cache: DriverPipelineCache | None
+        ) -> PipelineArtifact:
             return create_pipeline(
                 self.device,
                 spirv,
@@ -551,7 +520,7 @@ class PipelineCache:
         options: ShaderOptions,
         spirv: bytes,
         info: ShaderInfo,
-        create: Callable[[bytes, ShaderInfo, Any], PipelineArtifact],
+        create: Callable[[bytes, ShaderInfo, DriverPipelineCache | None], PipelineArtifact],
     ) -> PipelineArtifact:
         """``create``, and when it fails on what a cache file gave, again without it.
 
@@ -590,10 +559,11 @@ class PipelineCache:
 
         The old cache may still be in use by another build, so it is destroyed only on close.
         """
-        fresh = self._create_vk_cache(b"")
+        fresh = DriverPipelineCache(self.device)
         with self._lock:
             old, self.vk_cache = self.vk_cache, fresh
-            self._retired_vk_caches.append(old)
+            if old is not None:
+                self._retired_vk_caches.append(old)
             self._refused_blobs |= self._merged_blobs
             self.driver_blob_loaded = False
             self._stats["driver_cache_resets"] += 1
@@ -756,12 +726,10 @@ class PipelineCache:
         with self._lock:
             self.closed = True
         for retired in self._retired_vk_caches:
-            _vk.api.vkDestroyPipelineCache(self.device.handle, retired, None)
-            self.device.track("pipeline_cache", -1)
+            retired.release()
         self._retired_vk_caches = []
         if self.vk_cache is not None:
-            _vk.api.vkDestroyPipelineCache(self.device.handle, self.vk_cache, None)
-            self.device.track("pipeline_cache", -1)
+            self.vk_cache.release()
             self.vk_cache = None
 
     async def aclose(self) -> None:

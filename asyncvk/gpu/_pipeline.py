@@ -19,6 +19,7 @@ from ..shader._reflect import STORAGE_BUFFER, UNIFORM_BUFFER, ShaderInfo
 
 if TYPE_CHECKING:
     from ._device import VulkanDevice
+    from ._driver_cache import DriverPipelineCache
 
 vk = _vk.vkapi
 ffi = _vk.ffi
@@ -95,7 +96,7 @@ def create_pipeline(
     local_size: tuple[int, int, int],
     *,
     subgroup_size: int = 0,
-    pipeline_cache: Any = None,
+    pipeline_cache: DriverPipelineCache | None = None,
     name: str = "shader",
     baked_push: bytes | None = None,
 ) -> PipelineArtifact:
@@ -254,7 +255,7 @@ def create_pipeline(
         stage.pSpecializationInfo = spec_info
         pipeline_info.layout = layout
         pipeline_out = ffi.new("VkPipeline*")
-        cache = pipeline_cache if pipeline_cache is not None else ffi.NULL
+        cache = pipeline_cache.handle if pipeline_cache is not None else ffi.NULL
         start = time.perf_counter()
         if device.quirks.serialize_pipeline_creation:
             with device.creation_lock:
