@@ -7,12 +7,14 @@ from ._pipeline_cache import BuildRecord as BuildRecord
 from ._pipeline_cache import CacheStatistics as CacheStatistics
 from ._pipeline_cache import Pipeline as Pipeline
 from ._pipeline_cache import PipelineCache as PipelineCache
+from ._spec import PipelineSpec as PipelineSpec
 
 __all__ = (
     "BuildRecord",
     "CacheStatistics",
     "Pipeline",
     "PipelineCache",
+    "PipelineSpec",
     "SpirvKey",
     "builtin_digest",
     "spirv_digest",

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -52,6 +52,8 @@ from ._digest import builtin_digest, spirv_digest
 from ._file_format import CacheLoadResult
 from ._keys import SpirvKey
 from ._persist import CacheSource, SaveResult
+from ._single_flight import Role, SingleFlight
+from ._spec import PipelineSpec
 
 log = logging.getLogger("asyncvk.cache")
 
@@ -106,14 +108,6 @@ class BuildRecord:
     driver_cache_hit: bool | None
 
 
-class _SingleFlight:
-    """A map of keys to shared futures: one producer per key, any number of waiters."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.running: dict[Any, Future[Any]] = {}
-
-
 class PipelineCache:
     """The in-process pipeline cache of one device.
 
@@ -142,8 +136,8 @@ class PipelineCache:
         self._lock = threading.Lock()
         self._entries: dict[bytes, PipelineArtifact] = {}
         self._owned_uncached: list[PipelineArtifact] = []
-        self._pipelines = _SingleFlight()
-        self._spirv_flight = _SingleFlight()
+        self._pipelines: SingleFlight[PipelineArtifact] = SingleFlight()
+        self._spirv_flight: SingleFlight[tuple[bytes, ShaderInfo]] = SingleFlight()
         self._spirv: dict[SpirvKey, bytes] = {}
         self._spirv_info: dict[SpirvKey, ShaderInfo] = {}  # only entries checked or compiled
         self._spirv_compiled: dict[SpirvKey, bytes] = {}  # compiled by this process
@@ -196,8 +190,7 @@ class PipelineCache:
             values = dict(self._stats)
             values["entries"] = len(self._entries)
             values["spirv_entries"] = len(self._spirv)
-        with self._pipelines.lock:
-            values["in_flight"] = len(self._pipelines.running)
+        values["in_flight"] = len(self._pipelines)
         typed: dict[str, Any] = {
             k: float(v) if k.endswith("_seconds") else int(v) for k, v in values.items()
         }
@@ -215,47 +208,6 @@ class PipelineCache:
             f"hits: {s.live_hits}, created: {s.pipelines_created}, "
             f"spirv compiled: {s.spirv_compiles}]>"
         )
-
-    # -- single flight ---------------------------------------------------------------------
-
-    def _single_flight(
-        self,
-        flight: _SingleFlight,
-        key: Any,
-        lookup: Callable[[], Any],
-        build: Callable[[], Any],
-        *,
-        on_join: str | None = None,
-    ) -> Future[Any]:
-        """A future for ``key``: done if ``lookup`` finds it, shared if running, else new."""
-        with flight.lock:
-            found = lookup()
-            if found is not None:
-                done: Future[Any] = Future()
-                done.set_result(found)
-                return done
-            running = flight.running.get(key)
-            if running is not None:
-                if on_join:
-                    self._count(on_join)
-                return running
-            future: Future[Any] = Future()
-            flight.running[key] = future
-
-        def run() -> None:
-            try:
-                result = build()
-            except BaseException as exc:
-                with flight.lock:
-                    flight.running.pop(key, None)
-                future.set_exception(exc)
-            else:
-                with flight.lock:
-                    flight.running.pop(key, None)
-                future.set_result(result)
-
-        self._pool.submit(run)
-        return future
 
     # -- SPIR-V ----------------------------------------------------------------------------
 
@@ -307,29 +259,16 @@ class PipelineCache:
             found = lookup()
         if found is not None:
             return found
-        # Compile inline on this worker thread; concurrent workers wanting the same key wait.
-        with self._spirv_flight.lock:
-            running = self._spirv_flight.running.get(key)
-            mine = running is None
-            if mine:
-                running = Future()
-                self._spirv_flight.running[key] = running
-        assert running is not None
-        if not mine:
-            return running.result()
-        try:
+
+        def locked_lookup() -> tuple[bytes, ShaderInfo] | None:
             with self._lock:
-                found = lookup()
-            result = found if found is not None else build()
-        except BaseException as exc:
-            with self._spirv_flight.lock:
-                self._spirv_flight.running.pop(key, None)
-            running.set_exception(exc)
-            raise
-        with self._spirv_flight.lock:
-            self._spirv_flight.running.pop(key, None)
-        running.set_result(result)
-        return result
+                return lookup()
+
+        # Compile inline on this worker thread; concurrent workers wanting the same key wait.
+        future, role = self._spirv_flight.join_or_start(key, locked_lookup)
+        if role is Role.MINE:
+            self._spirv_flight.produce(key, future, build)
+        return future.result()
 
     def _check_adopted(self, key: SpirvKey, spirv: bytes) -> ShaderInfo | str:
         """Reflect an adopted entry and check it against its shader's declared interface.
@@ -462,31 +401,50 @@ class PipelineCache:
                 self._count("failures")
                 raise
 
-        return self._single_flight(
-            self._pipelines, digest, lookup, build_and_store, on_join="inflight_joins"
-        )
+        future, role = self._pipelines.join_or_start(digest, lookup)
+        if role is Role.JOINED:
+            self._count("inflight_joins")
+        elif role is Role.MINE:
+            self._pool.submit(self._pipelines.produce, digest, future, build_and_store)
+        return future
 
-    def request_builtin(
-        self,
-        shader: str,
-        *,
-        options: ShaderOptions = ShaderOptions(),  # noqa: B008 - frozen, so sharing is safe
-        specializations: Sequence[SpecValue] = (),
-        local_size: tuple[int, int, int] = (64, 1, 1),
-        subgroup_size: int = 0,
-        baked_push: bytes | None = None,
-    ) -> Future[PipelineArtifact]:
-        """Start (or join) the build of a builtin-shader pipeline; a concurrent future.
+    # -- the request API -----------------------------------------------------------------------
 
-        ``baked_push`` (for a ``<name>@shapes`` variant) gives the values of its push-constant
-        specialization ids; each distinct value is its own pipeline.
+    def request_many(
+        self, specs: Iterable[PipelineSpec]
+    ) -> dict[PipelineSpec, Future[PipelineArtifact]]:
+        """Start (or join) the build of every distinct spec; a concurrent future for each.
+
+        Equal specs share one entry, and specs that name one pipeline share one build, so a
+        model's hundreds of requests cost one wake-up per distinct pipeline. Unknown shader
+        names raise here, in the caller, before any build starts.
         """
-        options = options.supported_on(self.device.info)
-        specs = tuple(specializations)
-        baked = None if baked_push is None else bytes(baked_push)
-        digest = builtin_digest(shader, options.bits, local_size, subgroup_size, specs, baked)
-        self.registry.get(shader)  # unknown names fail here, in the caller
+        distinct = dict.fromkeys(specs)
+        for spec in distinct:
+            if spec.spirv is None:
+                self.registry.get(spec.shader)
+        return {spec: self._start(spec) for spec in distinct}
 
+    async def get_many(self, specs: Iterable[PipelineSpec]) -> dict[PipelineSpec, PipelineArtifact]:
+        """The pipeline of every spec; cancelling this waiter never cancels a shared build."""
+        futures = self.request_many(specs)
+        done = {}
+        for spec, future in futures.items():
+            done[spec] = await await_shared(future)
+        return done
+
+    def _start(self, spec: PipelineSpec) -> Future[PipelineArtifact]:
+        if spec.spirv is not None:
+            return self._start_spirv(spec, spec.spirv)
+        return self._start_builtin(spec)
+
+    def _start_builtin(self, spec: PipelineSpec) -> Future[PipelineArtifact]:
+        """A builtin-shader pipeline; ``baked_push`` (a ``<name>@shapes`` variant) gives the
+        values of its push-constant specialization ids, each distinct value its own pipeline."""
+        shader, specs, local_size = spec.shader, spec.specializations, spec.local_size
+        options = spec.options.supported_on(self.device.info)
+        subgroup_size, baked = spec.subgroup_size, spec.baked_push
+        digest = builtin_digest(shader, options.bits, local_size, subgroup_size, specs, baked)
         requested = time.perf_counter()
 
         def create(
@@ -513,6 +471,48 @@ class PipelineCache:
             return artifact
 
         return self._request(digest, build)
+
+    def _start_spirv(self, spec: PipelineSpec, spirv: bytes) -> Future[PipelineArtifact]:
+        """A pipeline from raw SPIR-V (never stored in files)."""
+        specs, local_size, subgroup_size = spec.specializations, spec.local_size, spec.subgroup_size
+        digest = spirv_digest(spirv, local_size, subgroup_size, specs)
+        requested = time.perf_counter()
+
+        def build() -> PipelineArtifact:
+            started = time.perf_counter()
+            info = reflect_spirv(spirv)
+            artifact = create_pipeline(
+                self.device,
+                spirv,
+                info,
+                specs,
+                local_size,
+                subgroup_size=subgroup_size,
+                pipeline_cache=self.vk_cache,
+                name=spec.shader,
+            )
+            self._log_build(artifact, requested, started, 0.0)
+            return artifact
+
+        return self._request(digest, build)
+
+    # -- the old entry points: thin wrappers over request_many -----------------------------
+
+    def request_builtin(
+        self,
+        shader: str,
+        *,
+        options: ShaderOptions = ShaderOptions(),  # noqa: B008 - frozen, so sharing is safe
+        specializations: Sequence[SpecValue] = (),
+        local_size: tuple[int, int, int] = (64, 1, 1),
+        subgroup_size: int = 0,
+        baked_push: bytes | None = None,
+    ) -> Future[PipelineArtifact]:
+        """Deprecated: ``request_many([PipelineSpec(...)])``."""
+        spec = PipelineSpec(
+            shader, tuple(specializations), local_size, options, subgroup_size, baked_push
+        )
+        return self.request_many([spec])[spec]
 
     def _create_or_rebuild(
         self,
@@ -579,29 +579,11 @@ class PipelineCache:
         subgroup_size: int = 0,
         name: str = "spirv",
     ) -> Future[PipelineArtifact]:
-        """Start (or join) the build of a pipeline from raw SPIR-V (never stored in files)."""
-        specs = tuple(specializations)
-        digest = spirv_digest(spirv, local_size, subgroup_size, specs)
-
-        requested = time.perf_counter()
-
-        def build() -> PipelineArtifact:
-            started = time.perf_counter()
-            info = reflect_spirv(spirv)
-            artifact = create_pipeline(
-                self.device,
-                spirv,
-                info,
-                specs,
-                local_size,
-                subgroup_size=subgroup_size,
-                pipeline_cache=self.vk_cache,
-                name=name,
-            )
-            self._log_build(artifact, requested, started, 0.0)
-            return artifact
-
-        return self._request(digest, build)
+        """Deprecated: ``request_many([PipelineSpec(name, ..., spirv=spirv)])``."""
+        spec = PipelineSpec(
+            name, tuple(specializations), local_size, subgroup_size=subgroup_size, spirv=spirv
+        )
+        return self.request_many([spec])[spec]
 
     async def get_pipeline(
         self,
@@ -612,15 +594,9 @@ class PipelineCache:
         local_size: tuple[int, int, int] = (64, 1, 1),
         subgroup_size: int = 0,
     ) -> PipelineArtifact:
-        """The pipeline of a builtin shader; concurrent equal requests share one build."""
-        future = self.request_builtin(
-            shader,
-            options=options,
-            specializations=specializations,
-            local_size=local_size,
-            subgroup_size=subgroup_size,
-        )
-        return await await_shared(future)
+        """Deprecated: ``await get_many([PipelineSpec(...)])``."""
+        spec = PipelineSpec(shader, tuple(specializations), local_size, options, subgroup_size)
+        return (await self.get_many([spec]))[spec]
 
     async def get_pipeline_spirv(
         self,
@@ -630,14 +606,11 @@ class PipelineCache:
         local_size: tuple[int, int, int] = (64, 1, 1),
         subgroup_size: int = 0,
     ) -> PipelineArtifact:
-        """The pipeline of raw SPIR-V; same sharing rules as :meth:`get_pipeline`."""
-        future = self.request_spirv(
-            spirv,
-            specializations=specializations,
-            local_size=local_size,
-            subgroup_size=subgroup_size,
+        """Deprecated: ``await get_many([PipelineSpec(..., spirv=spirv)])``."""
+        spec = PipelineSpec(
+            "spirv", tuple(specializations), local_size, subgroup_size=subgroup_size, spirv=spirv
         )
-        return await await_shared(future)
+        return (await self.get_many([spec]))[spec]
 
     def get_pipeline_sync(
         self,
@@ -648,7 +621,7 @@ class PipelineCache:
         local_size: tuple[int, int, int] = (64, 1, 1),
         subgroup_size: int = 0,
     ) -> PipelineArtifact:
-        """Blocking form for callers without an event loop (plain threads)."""
+        """Deprecated: ``request_many([spec])[spec].result()`` (callers without a loop)."""
         return self.request_builtin(
             shader,
             options=options,

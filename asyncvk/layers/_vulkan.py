@@ -17,23 +17,14 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
+from ..cache._spec import PipelineSpec as PipelineSpec  # declared below the layers
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
-from ..gpu._pipeline import SpecValue
 from ..net._paramdict import ParamDict
 from ..shader._options import ShaderOptions
 from ._base import Layer
 
 Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class PipelineSpec:
-    """One pipeline a layer needs: a builtin shader, its constants and its local size."""
-
-    shader: str
-    specializations: tuple[SpecValue, ...] = ()
-    local_size: tuple[int, int, int] = (64, 1, 1)
 
 
 @dataclass

@@ -7,6 +7,7 @@ weights while they build, so a cold start costs the slowest pipeline rather than
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -20,11 +21,13 @@ from .._errors import ModelFormatError
 from ..cache._persist import merge_with_saved
 from ..cache._pipeline_cache import await_shared
 from ..cache._safe_fs import expand_path
+from ..cache._spec import PipelineSpec
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._base import Layer
 from ..layers._registry import layer_class, layer_types
-from ..layers._vulkan import PipelineSpec, VulkanLayer, vulkan_layer_class
+from ..layers._vulkan import VulkanLayer, vulkan_layer_class
+from ..shader._options import ShaderOptions
 from ._modelbin import ModelBinReader
 from ._option import Option
 from ._param_parser import SHAPE_HINTS_ID, ParamFile, model_error, parse_param
@@ -212,15 +215,17 @@ class Net:
             await self._load_from_cache_dir(source)
             self._create_vulkan_layers()
             gpu_nodes = [n for n in self.nodes if n.vulkan is not None]
-            futures: list[tuple[_Node, Any, Any]] = []
-            request = self._distinct_requests()
+            options = self.opt.shader_options()
+            wanted: list[tuple[_Node, Any, PipelineSpec]] = []
             for node in gpu_nodes:
                 assert node.vulkan is not None
                 for key, spec in node.vulkan.pipeline_specs().items():
-                    futures.append((node, key, request(spec.shader, spec)))
+                    wanted.append((node, key, dataclasses.replace(spec, options=options)))
             if self.opt.use_shape_hints:
-                baked = self._request_shape_baked(gpu_nodes, request)
-            futures += baked
+                baked = self._shape_baked_specs(gpu_nodes, options)
+            wanted += baked
+            started = self.cache.request_many(spec for _, _, spec in wanted)
+            futures = [(node, key, started[spec]) for node, key, spec in wanted]
             requested = len(futures)
             t0 = time.perf_counter()
             upload = asyncio.ensure_future(
@@ -437,40 +442,15 @@ class Net:
                     shapes[t] = shape
         return shapes
 
-    def _distinct_requests(self) -> Callable[..., Any]:
-        """A ``request(shader, spec, baked_push=None)`` that starts each distinct build once.
-
-        Layers repeat: RRDB's 709 generic requests are 6 pipelines, its 308 shape-baked ones
-        12, and each await of a shared future costs an event-loop wake-up. ``repr`` keeps 1,
-        1.0, True and -0.0 apart, as the digest does.
-        """
-        distinct: dict[tuple[Any, ...], Any] = {}
-        options = self.opt.shader_options()
-
-        def request(shader: str, spec: PipelineSpec, baked_push: bytes | None = None) -> Any:
-            same = (shader, tuple(map(repr, spec.specializations)), spec.local_size, baked_push)
-            fut = distinct.get(same)
-            if fut is None:
-                fut = distinct[same] = self.cache.request_builtin(
-                    shader,
-                    options=options,
-                    specializations=spec.specializations,
-                    local_size=spec.local_size,
-                    baked_push=baked_push,
-                )
-            return fut
-
-        return request
-
-    def _request_shape_baked(
-        self, nodes: list[_Node], request: Callable[..., Any]
-    ) -> list[tuple[_Node, Any, Any]]:
-        """Request a ``@shapes`` pipeline for each dispatch a hinted GPU layer would record."""
+    def _shape_baked_specs(
+        self, nodes: list[_Node], options: ShaderOptions
+    ) -> list[tuple[_Node, Any, PipelineSpec]]:
+        """A ``@shapes`` pipeline spec for each dispatch a hinted GPU layer would record."""
         from ._shape_hints import capture_dispatches
 
         shapes = self._hinted_shapes()
         registry = self.cache.registry
-        futures: list[tuple[_Node, Any, Any]] = []
+        futures: list[tuple[_Node, Any, PipelineSpec]] = []
         for node in nodes:
             vl = node.vulkan
             assert vl is not None
@@ -488,7 +468,8 @@ class Net:
                 variant = registry.shape_variant(spec.shader) if spec is not None else None
                 if spec is None or variant is None:
                     continue
-                futures.append((node, (key, push), request(variant, spec, push)))
+                baked = dataclasses.replace(spec, shader=variant, options=options, baked_push=push)
+                futures.append((node, (key, push), baked))
         return futures
 
     def _upload_weights(self, nodes: list[_Node]) -> None:
