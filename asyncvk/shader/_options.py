@@ -8,8 +8,49 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Protocol
 
-from ..gpu._info import GpuInfo
+
+class DeviceLimits(Protocol):
+    """The device limits a shader may test (``GpuLimits`` has them)."""
+
+    @property
+    def max_compute_workgroup_invocations(self) -> int: ...
+
+    @property
+    def max_compute_shared_memory_size(self) -> int: ...
+
+
+class DeviceFacts(Protocol):
+    """What shader variants depend on, as plain values (``gpu.GpuInfo`` has them).
+
+    A protocol rather than GpuInfo itself, so this package imports nothing of asyncvk's.
+    """
+
+    @property
+    def vendor_id(self) -> int: ...
+
+    @property
+    def device_type(self) -> int: ...
+
+    @property
+    def subgroup_size(self) -> int: ...
+
+    @property
+    def support_fp16_storage(self) -> bool: ...
+
+    @property
+    def support_fp16_arithmetic(self) -> bool: ...
+
+    @property
+    def support_int8_storage(self) -> bool: ...
+
+    @property
+    def support_int8_arithmetic(self) -> bool: ...
+
+    @property
+    def limits(self) -> DeviceLimits: ...
+
 
 #: Bump when the prelude below changes in a way that changes generated code.
 PRELUDE_VERSION = 1
@@ -35,7 +76,7 @@ class ShaderOptions:
             | self.use_subgroup_ops << 4
         )
 
-    def supported_on(self, info: GpuInfo) -> ShaderOptions:
+    def supported_on(self, info: DeviceFacts) -> ShaderOptions:
         """These options with whatever the device cannot do switched off."""
         return ShaderOptions(
             use_fp16_storage=self.use_fp16_storage and info.support_fp16_storage,
@@ -80,7 +121,7 @@ def option_prelude(options: ShaderOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
-def device_macros(info: GpuInfo) -> dict[str, str]:
+def device_macros(info: DeviceFacts) -> dict[str, str]:
     """Device facts a shader may test with ``#if``; all of them go into the SPIR-V key."""
     limits = info.limits
     return {

@@ -1,0 +1,119 @@
+"""The import rules of ARCHITECTURE.md ("Parts and who may touch what"), checked on the source.
+
+Every module's imports are read with ``ast`` (function-level ones included) and reduced to the
+asyncvk part they name; each part may import only the parts the table allows, and the parts
+import each other without a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "asyncvk"
+
+#: Leaf modules every part may import: the error tree and the version string.
+SHARED = {"_errors", "_version"}
+#: The application modules on top (CLI, server, runner): they may import any part but _vk.
+APPLICATION = {"cli", "_server", "_runner", "__main__", "__init__", "_input_limits"}
+ALLOWED: dict[str, set[str]] = {
+    "_vk": set(),
+    "shader": set(),
+    "gpu": {"_vk", "shader"},
+    "cache": {"gpu", "shader"},
+    # layers declare: they use gpu and cache types, and shader's ShaderOptions (a type too)
+    "layers": {"gpu", "cache", "shader"},
+    "net": {"layers", "cache", "gpu", "shader", "_input_limits"},
+    **{app: {"gpu", "cache", "shader", "layers", "net", *APPLICATION} for app in APPLICATION},
+}
+#: Known violations being removed by other work; each named, none by pattern.
+ALLOWANCES: set[tuple[str, str]] = {
+    # ParamDict moves out of net (the layers redesign of issue 14); until then layers import it.
+    ("layers", "net"),
+}
+
+
+def _part(module: str) -> str:
+    """The part of ``asyncvk.x.y``: ``x``."""
+    return module.split(".")[1] if module.count(".") else "__init__"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute asyncvk module) for every import in ``path``, nested ones included."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("asyncvk")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                if (node.module or "").startswith("asyncvk"):
+                    found.append((node.lineno, node.module or ""))
+                continue
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+            if node.module is None:  # from . import x: each name may be a module
+                found += [(node.lineno, f"{target}.{a.name}") for a in node.names]
+            else:
+                found.append((node.lineno, target))
+    return found
+
+
+def part_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing part, imported part) -> where, for every edge between two parts."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _part(_module_name(path))
+        for line, module in imported_modules(path):
+            target = _part(module)
+            if target != source and module != "asyncvk":
+                where = f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+                edges.setdefault((source, target), []).append(where)
+    return edges
+
+
+def test_each_part_imports_only_what_the_table_allows() -> None:
+    edges = part_imports()
+    assert ("net", "layers") in edges and ("cache", "gpu") in edges  # the reader sees imports
+    broken = [
+        where
+        for (source, target), places in sorted(edges.items())
+        if target not in SHARED
+        and target not in ALLOWED.get(source, set())
+        and (source, target) not in ALLOWANCES
+        for where in places
+    ]
+    assert not broken, "imports the architecture forbids:\n" + "\n".join(broken)
+
+
+def test_every_allowance_is_still_needed() -> None:
+    """An allowance that no import uses any more must go, so it cannot hide a new one."""
+    edges = part_imports()
+    stale = [edge for edge in ALLOWANCES if edge not in edges]
+    assert not stale, f"remove these allowances, nothing needs them: {stale}"
+
+
+def test_no_cycle_between_parts() -> None:
+    edges = {
+        edge for edge in part_imports() if edge[1] not in SHARED and edge[0] not in APPLICATION
+    }
+    edges -= ALLOWANCES
+    parts = {p for edge in edges for p in edge}
+    reach = {p: {t for s, t in edges if s == p} for p in parts}
+    for _ in parts:  # transitive closure, small graph
+        for p, q in itertools.product(parts, parts):
+            if q in reach[p]:
+                reach[p] |= reach[q]
+    cycles = sorted(p for p in parts if p in reach[p])
+    assert not cycles, f"parts that import themselves through others: {cycles}"
