@@ -1,5 +1,8 @@
 """Under the Khronos validation layer: no errors, and no Vulkan object left when a device closes
-(the layer reports every child object still alive at vkDestroyDevice)."""
+(the layer reports every child object still alive at vkDestroyDevice).
+
+Skipped, not failed, where the layer is not installed: the child asks the Vulkan loader (the
+only judge of what is installed, wherever its manifest lives) and says so before running."""
 
 from __future__ import annotations
 
@@ -10,11 +13,30 @@ from pathlib import Path
 
 import pytest
 
-CHILD = """
+from asyncvk.gpu import get_gpu_count
+
+MISSING = "VALIDATION LAYER MISSING"
+
+CHILD = f"""
+import sys
+import vulkan as vk
+if "VK_LAYER_KHRONOS_validation" not in {{
+    p.layerName for p in vk.vkEnumerateInstanceLayerProperties()
+}}:
+    print("{MISSING}: the loader lists no VK_LAYER_KHRONOS_validation")
+    sys.exit(0)
 import asyncio, numpy as np
 from asyncvk import Net, Option, PipelineCache
 from asyncvk.gpu import VulkanDevice, validation_messages
 from asyncvk.gpu._instance import instance
+try:
+    instance()
+except Exception as exc:  # whichever asyncvk error wraps VK_ERROR_LAYER_NOT_PRESENT
+    said = f"{{exc!r}} {{exc.__cause__!r}}"
+    if "LAYER_NOT_PRESENT" not in said and "LayerNotPresent" not in said:
+        raise
+    print("{MISSING}: listed, but the loader cannot load it:", repr(exc))
+    sys.exit(0)
 assert instance().validation and instance().messenger is not None, "layer not enabled"
 device = VulkanDevice(0)
 cache = PipelineCache(device)
@@ -42,10 +64,9 @@ for m in messages[:10]:
 
 
 def test_no_validation_errors_and_no_leaked_objects() -> None:
+    if get_gpu_count() == 0:
+        pytest.skip("no Vulkan device (install mesa-vulkan-drivers)")
     root = Path(__file__).resolve().parent.parent
-    layers = [Path(p) for p in ("/usr/share/vulkan/explicit_layer.d",)]
-    if not any(p.glob("VkLayer_khronos_validation.json") for p in layers if p.is_dir()):
-        pytest.skip("vulkan-validationlayers is not installed")
     env = dict(os.environ, ASYNCVK_VALIDATION="1")
     proc = subprocess.run(
         [sys.executable, "-c", CHILD],
@@ -56,4 +77,6 @@ def test_no_validation_errors_and_no_leaked_objects() -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    if MISSING in proc.stdout:
+        pytest.skip(f"vulkan-validationlayers is not installed ({proc.stdout.strip()})")
     assert "MESSAGES 0" in proc.stdout, proc.stdout
