@@ -593,6 +593,23 @@ async def test_nan_in_the_weights_comes_out_as_ncnn_gives_it(use_vulkan: bool, n
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
+async def test_inf_in_the_weights_is_a_value_not_a_warning(use_vulkan: bool) -> None:
+    """ncnn's arithmetic is IEEE: inf x 0 is NaN and inf + 1 is inf, never a RuntimeWarning
+    (which ``-W error`` would raise out of the CPU path)."""
+    param = tiny_param(
+        "Input in0 0 1 in0",
+        "Convolution conv 1 1 in0 conv 0=2 1=1 6=4",
+        "BatchNorm bn 1 1 conv out0 0=2",
+    )
+    w = np.array([np.inf, 1, 1, -np.inf], np.float32)
+    slope_mean_var_bias = np.array([1, 1, 0, 0, 1, 1, 0, 0], np.float32)
+    weights = struct.pack("<I", 0) + w.tobytes() + slope_mean_var_bias.tobytes()
+    x = np.zeros((2, 3, 3), np.float32)
+    x[1] = 1
+    (y,) = await run_net(param, weights, {"in0": x}, ["out0"], use_vulkan=use_vulkan)
+    assert np.isnan(y[0]).all() and (y[1] == -np.inf).all()
+
+
 # ncnn's x86 kernels use MAXPS/MINPS, which return the second operand when either is NaN, so the
 # wheel keeps a NaN where ncnn's reference layers drop it and the other way round (Clip, max
 # pooling, Reduction, Sigmoid all depend on the lane). A NaN that fills a whole channel goes the

@@ -364,11 +364,13 @@ def _cannot_take(node: _Node, in_shapes: list[Shape], exc: Exception) -> PlanErr
 
 def run_cpu_layer(node: _Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """A layer's numpy forward, its output shapes checked against the limits first, so a
-    blob too large is a PlanError before anything is allocated."""
+    blob too large is a PlanError before anything is allocated. Arithmetic is IEEE, as in
+    ncnn: an inf or NaN from the weights is a value, not a warning."""
     in_shapes = [tuple(x.shape) for x in inputs]
     try:
         node.layer.checked_output_shapes(in_shapes)
-        return node.layer.forward(inputs)
+        with np.errstate(all="ignore"):
+            return node.layer.forward(inputs)
     except _SHAPE_ERRORS as exc:
         raise _cannot_take(node, in_shapes, exc) from exc
 
