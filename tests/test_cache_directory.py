@@ -11,14 +11,16 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import IDENTITY, identity_source
 
 from asyncvk.cache._directory import CacheDirectory, CacheDirectoryWarning, key_stem
 from asyncvk.cache._file_format import CacheContents, encode_cache
 from asyncvk.cache._keys import SpirvKey
 from asyncvk.gpu import DeviceIdentity
 
-GPU_A = DeviceIdentity(0x10DE, 0x2330, 4206822, 580, 4, "H100", "nvidia", b"a" * 16)
-GPU_B = dataclasses.replace(GPU_A, driver_version=581, pipeline_cache_uuid=b"b" * 16)
+GPU_B = dataclasses.replace(
+    IDENTITY, driver_version=IDENTITY.driver_version + 1, pipeline_cache_uuid=b"b" * 16
+)
 
 
 def _data(identity: DeviceIdentity, tag: int = 0, size: int = 64) -> bytes:
@@ -36,13 +38,13 @@ def test_plain_keys_are_used_as_is_and_others_are_hashed() -> None:
 
 def test_store_then_lookup_then_model_change(tmp_path: Path) -> None:
     directory = CacheDirectory(tmp_path / "new" / "folder")
-    first = directory.lookup("model", GPU_A, "fp1")
+    first = directory.lookup("model", IDENTITY, "fp1")
     assert first.path is None and "no cache" in first.reason
-    stored = directory.store("model", GPU_A, "fp1", _data(GPU_A))
+    stored = directory.store("model", IDENTITY, "fp1", _data(IDENTITY))
     assert stored is not None and stored.name.startswith("model_") and stored.suffix == ".vkcache"
-    found = directory.lookup("model", GPU_A, "fp1")
+    found = directory.lookup("model", IDENTITY, "fp1")
     assert found.path == stored
-    changed = directory.lookup("model", GPU_A, "fp2")
+    changed = directory.lookup("model", IDENTITY, "fp2")
     assert changed.path is None and changed.stale_removed == 1
     assert not stored.exists()
     index = json.loads((tmp_path / "new" / "folder" / "model.idx").read_text())
@@ -51,13 +53,16 @@ def test_store_then_lookup_then_model_change(tmp_path: Path) -> None:
 
 def test_two_devices_coexist_under_one_key(tmp_path: Path) -> None:
     directory = CacheDirectory(tmp_path)
-    a = directory.store("m", GPU_A, "fp", _data(GPU_A))
+    a = directory.store("m", IDENTITY, "fp", _data(IDENTITY))
     b = directory.store("m", GPU_B, "fp", _data(GPU_B))
     assert a is not None and b is not None and a != b
-    assert directory.lookup("m", GPU_A, "fp").path == a
+    assert directory.lookup("m", IDENTITY, "fp").path == a
     assert directory.lookup("m", GPU_B, "fp").path == b
     entries = directory.entries("m")
-    assert {e.device["driver_version"] for e in entries} == {580, 581}
+    assert {e.device["driver_version"] for e in entries} == {
+        IDENTITY.driver_version,
+        GPU_B.driver_version,
+    }
     for e in entries:
         assert set(vars(e)) >= {
             "file",
@@ -70,26 +75,26 @@ def test_two_devices_coexist_under_one_key(tmp_path: Path) -> None:
             "size",
         }
     # a newer save for device A replaces A's file only
-    a2 = directory.store("m", GPU_A, "fp", _data(GPU_A, tag=1))
+    a2 = directory.store("m", IDENTITY, "fp", _data(IDENTITY, tag=1))
     assert a2 is not None and not a.exists() and b.exists()
 
 
 def test_hashed_key_files(tmp_path: Path) -> None:
     directory = CacheDirectory(tmp_path)
     key = "models/my net " + "x" * 300
-    path = directory.store(key, GPU_A, "fp", _data(GPU_A))
+    path = directory.store(key, IDENTITY, "fp", _data(IDENTITY))
     assert path is not None and path.name.startswith("hash_")
     assert (tmp_path / f"{key_stem(key)}.idx").exists()
-    assert directory.lookup(key, GPU_A, "fp").path == path
+    assert directory.lookup(key, IDENTITY, "fp").path == path
     assert key in directory.keys()
 
 
 def test_corrupt_index_is_rebuilt_from_the_files(tmp_path: Path) -> None:
     directory = CacheDirectory(tmp_path)
-    path = directory.store("m", GPU_A, "fp", _data(GPU_A))
+    path = directory.store("m", IDENTITY, "fp", _data(IDENTITY))
     assert path is not None
     (tmp_path / "m.idx").write_text('{"version": 1, "entries": [{"file": "../../etc/pas')
-    found = directory.lookup("m", GPU_A, "fp")
+    found = directory.lookup("m", IDENTITY, "fp")
     assert found.path == path  # rebuilt: the file's own header names its device
     index = json.loads((tmp_path / "m.idx").read_text())
     assert [e["file"] for e in index["entries"]] == [path.name]
@@ -99,10 +104,10 @@ def test_orphans_are_removed_and_the_cap_evicts_lru(tmp_path: Path) -> None:
     directory = CacheDirectory(tmp_path, max_bytes=3000)
     orphan = tmp_path / "m_20260101T000000_000000001_1_0.vkcache"
     orphan.write_bytes(b"x")
-    directory.store("m", GPU_A, "fp", _data(GPU_A, size=1200))
+    directory.store("m", IDENTITY, "fp", _data(IDENTITY, size=1200))
     assert not orphan.exists()
     directory.store("m", GPU_B, "fp", _data(GPU_B, size=1200))
-    third = dataclasses.replace(GPU_A, device_id=0x2331)
+    third = dataclasses.replace(IDENTITY, device_id=0x2331)
     newest = directory.store("m", third, "fp", _data(third, size=1200))
     entries = directory.entries("m")
     assert sum(e.size for e in entries) <= 3000
@@ -116,28 +121,29 @@ def test_unwritable_folder_warns_once_and_runs_uncached(tmp_path: Path) -> None:
     directory = CacheDirectory(blocker / "cache")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert directory.lookup("m", GPU_A, "fp").path is None
-        assert directory.store("m", GPU_A, "fp", _data(GPU_A)) is None
-        assert directory.lookup("m", GPU_A, "fp").path is None
+        assert directory.lookup("m", IDENTITY, "fp").path is None
+        assert directory.store("m", IDENTITY, "fp", _data(IDENTITY)) is None
+        assert directory.lookup("m", IDENTITY, "fp").path is None
     messages = [w for w in caught if issubclass(w.category, CacheDirectoryWarning)]
     assert len(messages) == 1
     assert "running uncached" in str(messages[0].message)
 
 
 STORE = """
-import sys
+import dataclasses, sys
 from asyncvk.cache._directory import CacheDirectory
 from asyncvk.cache._file_format import CacheContents, encode_cache
 from asyncvk.cache._keys import SpirvKey
 from asyncvk.gpu import DeviceIdentity
 i = int(sys.argv[2])
-ident = DeviceIdentity(0x10DE, 0x2330 + i % 3, 4206822, 580, 4, "H100", "nvidia", b"a" * 16)
+ident = IDENTITY_SOURCE
+ident = dataclasses.replace(ident, device_id=ident.device_id + i % 3)
 d = CacheDirectory(sys.argv[1])
 for n in range(5):
     spirv = {SpirvKey("s", n, 1, 2): (0x07230203).to_bytes(4, "little") + bytes(64)}
     d.lookup("shared-key", ident, "fp")
     assert d.store("shared-key", ident, "fp", encode_cache(CacheContents(ident, spirv, b"")))
-"""
+""".replace("IDENTITY_SOURCE", identity_source())
 
 
 def test_eight_processes_share_one_key(tmp_path: Path) -> None:
@@ -154,7 +160,7 @@ def test_eight_processes_share_one_key(tmp_path: Path) -> None:
 
 def test_cli_ls_and_prune(tmp_path: Path) -> None:
     directory = CacheDirectory(tmp_path)
-    directory.store("m", GPU_A, "fp", _data(GPU_A))
+    directory.store("m", IDENTITY, "fp", _data(IDENTITY))
     env = dict(os.environ)
     out = subprocess.run(
         [sys.executable, "-m", "asyncvk", "cache", "ls", str(tmp_path), "--json"],
@@ -164,7 +170,10 @@ def test_cli_ls_and_prune(tmp_path: Path) -> None:
         check=True,
     )
     rows = json.loads(out.stdout)["entries"]
-    assert rows[0]["graph_key"] == "m" and rows[0]["device"]["driver_version"] == 580
+    assert (
+        rows[0]["graph_key"] == "m"
+        and rows[0]["device"]["driver_version"] == IDENTITY.driver_version
+    )
     (tmp_path / "m_20260101T000000_000000001_1_0.vkcache").write_bytes(b"orphan")
     pruned = subprocess.run(
         [sys.executable, "-m", "asyncvk", "cache", "prune", str(tmp_path), "--json"],
@@ -181,7 +190,7 @@ def test_timestamps_never_collide(tmp_path: Path, key: str) -> None:
     directory = CacheDirectory(tmp_path)
     names = set()
     for i in range(20):
-        ident = dataclasses.replace(GPU_A, device_id=i)
+        ident = dataclasses.replace(IDENTITY, device_id=i)
         path = directory.store(key, ident, "fp", _data(ident))
         assert path is not None
         names.add(path.name)

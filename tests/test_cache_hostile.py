@@ -19,21 +19,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_runner import cli
+from conftest import IDENTITY
 
 from asyncvk import Net, Option
 from asyncvk.cache._directory import CacheDirectory, CacheDirectoryWarning
 from asyncvk.cache._file_format import CacheContents, encode_cache
 from asyncvk.cache._keys import SpirvKey
-from asyncvk.gpu import DeviceIdentity, VulkanDevice
+from asyncvk.gpu import VulkanDevice
 
 CUNET = Path(__file__).parent / "models" / "cunet"
-GPU_A = DeviceIdentity(0x10DE, 0x2330, 4206822, 580, 4, "H100", "nvidia", b"a" * 16)
 NOBODY = 65534
 
 
 def _data() -> bytes:
     spirv = {SpirvKey("s", 1, 1, 2): (0x07230203).to_bytes(4, "little") + bytes(60)}
-    return encode_cache(CacheContents(GPU_A, spirv, b""))
+    return encode_cache(CacheContents(IDENTITY, spirv, b""))
 
 
 def _as_attacker(*command: str) -> None:
@@ -84,9 +84,9 @@ def test_symlinks_at_predictable_names_are_never_followed(shared: Path, victim_f
     names += [".probe.0", "m.idx.tmp", "m.vkcache"]
     _plant_links(shared, names, victim_file)
     directory = CacheDirectory(shared)
-    assert directory.lookup("m", GPU_A, "fp").path is None
-    assert directory.store("m", GPU_A, "fp", _data()) is not None
-    assert directory.lookup("m", GPU_A, "fp").data == _data()
+    assert directory.lookup("m", IDENTITY, "fp").path is None
+    assert directory.store("m", IDENTITY, "fp", _data()) is not None
+    assert directory.lookup("m", IDENTITY, "fp").data == _data()
     assert victim_file.read_text() == "the victim's own data"
 
 
@@ -94,10 +94,10 @@ def test_a_symlinked_lock_is_a_miss_and_creates_nothing(shared: Path, outside: P
     target = outside / "created-by-asyncvk"
     _plant_links(shared, ["m.lock"], target)
     directory = CacheDirectory(shared)
-    found = directory.lookup("m", GPU_A, "fp")
+    found = directory.lookup("m", IDENTITY, "fp")
     assert found.path is None and "symbolic link" in found.reason
     with pytest.warns(CacheDirectoryWarning, match="symbolic link"):
-        assert directory.store("m", GPU_A, "fp", _data()) is None
+        assert directory.store("m", IDENTITY, "fp", _data()) is None
     assert not target.exists()
 
 
@@ -116,16 +116,16 @@ def test_a_symlinked_lock_beside_a_cache_file_creates_nothing(
 
 def test_a_planted_cache_file_symlink_is_not_read(shared: Path, outside: Path) -> None:
     real = outside / "real.vkcache"
-    CacheDirectory(shared).store("m", GPU_A, "fp", _data())
+    CacheDirectory(shared).store("m", IDENTITY, "fp", _data())
     name = next(shared.glob("m_*.vkcache")).name
     os.replace(shared / name, real)
     _plant_links(shared, [name], real)
-    found = CacheDirectory(shared).lookup("m", GPU_A, "fp")
+    found = CacheDirectory(shared).lookup("m", IDENTITY, "fp")
     assert found.data is None
 
 
 def test_a_folder_asyncvk_creates_is_private(tmp_path: Path) -> None:
-    CacheDirectory(tmp_path / "new").store("m", GPU_A, "fp", _data())
+    CacheDirectory(tmp_path / "new").store("m", IDENTITY, "fp", _data())
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
 
 
@@ -134,7 +134,7 @@ def test_a_folder_asyncvk_creates_is_private(tmp_path: Path) -> None:
 
 def test_prune_leaves_files_that_are_not_asyncvks(shared: Path) -> None:
     directory = CacheDirectory(shared)
-    directory.store("m", GPU_A, "fp", _data())
+    directory.store("m", IDENTITY, "fp", _data())
     old = time.time() - 7200
     foreign = [".notes.tmp", ".m.idx.tmp", "m_notes.vkcache", "readme.txt"]
     for name in foreign:
@@ -182,18 +182,18 @@ CASES = [*TAMPERED, "top level is a list", "1 MB of [", "deeply nested"]
 @pytest.mark.parametrize("how", CASES)
 def test_a_tampered_index_is_a_miss_or_a_rebuild(tmp_path: Path, how: str) -> None:
     directory = CacheDirectory(tmp_path)
-    directory.store("m", GPU_A, "fp", _data())
+    directory.store("m", IDENTITY, "fp", _data())
     _tamper(tmp_path, how)
-    found = CacheDirectory(tmp_path).lookup("m", GPU_A, "fp")
+    found = CacheDirectory(tmp_path).lookup("m", IDENTITY, "fp")
     assert found.data in (None, _data())  # the file's own header rebuilds the entry
-    assert CacheDirectory(tmp_path).store("m", GPU_A, "fp", _data()) is not None
-    assert CacheDirectory(tmp_path).lookup("m", GPU_A, "fp").data == _data()
+    assert CacheDirectory(tmp_path).store("m", IDENTITY, "fp", _data()) is not None
+    assert CacheDirectory(tmp_path).lookup("m", IDENTITY, "fp").data == _data()
     assert (Path("/etc/passwd")).exists()
 
 
 @pytest.mark.parametrize("how", ["device is a list", "last_used is a string", "1 MB of ["])
 def test_cache_ls_and_prune_report_a_tampered_index(tmp_path: Path, how: str) -> None:
-    CacheDirectory(tmp_path).store("m", GPU_A, "fp", _data())
+    CacheDirectory(tmp_path).store("m", IDENTITY, "fp", _data())
     _tamper(tmp_path, how)
     for command in ("ls", "prune"):
         proc = cli("cache", command, str(tmp_path))

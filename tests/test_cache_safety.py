@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_runner import cli
+from conftest import IDENTITY, identity_source
 
 from asyncvk import Net, Option, PipelineCache
 from asyncvk._errors import CacheMissError
@@ -23,7 +24,6 @@ from asyncvk.gpu import DeviceIdentity, VulkanDevice
 
 MODELS = Path(__file__).parent / "models"
 CUNET = MODELS / "cunet"
-GPU_A = DeviceIdentity(0x10DE, 0x2330, 4206822, 580, 4, "H100", "nvidia", b"a" * 16)
 
 
 def _data(identity: DeviceIdentity, tags: range | list[int]) -> bytes:
@@ -33,8 +33,8 @@ def _data(identity: DeviceIdentity, tags: range | list[int]) -> bytes:
 
 
 def _found(folder: Path, key: str = "m") -> bytes | None:
-    """The bytes a fresh lookup serves for GPU_A, or None on a miss."""
-    found = CacheDirectory(folder).lookup(key, GPU_A, "fp")
+    """The bytes a fresh lookup serves for IDENTITY, or None on a miss."""
+    found = CacheDirectory(folder).lookup(key, IDENTITY, "fp")
     return found.path.read_bytes() if found.path is not None else None
 
 
@@ -121,7 +121,7 @@ from asyncvk.cache._file_format import CacheContents, encode_cache
 from asyncvk.cache._keys import SpirvKey
 from asyncvk.gpu import DeviceIdentity
 
-ident = DeviceIdentity(0x10DE, 0x2330, 4206822, 580, 4, "H100", "nvidia", b"a" * 16)
+ident = IDENTITY_SOURCE
 body = (0x07230203).to_bytes(4, "little") + bytes(60)
 data = encode_cache(CacheContents(ident, {SpirvKey("s", t, 1, 2): body for t in (7, 8)}, b""))
 directory = CacheDirectory(sys.argv[1])
@@ -138,7 +138,7 @@ def armed(function):
 for name in ("open", "write", "fsync", "close", "replace", "rename", "unlink"):
     setattr(os, name, armed(getattr(os, name)))
 assert directory.store("m", ident, "fp", data) is not None
-"""
+""".replace("IDENTITY_SOURCE", identity_source())
 
 
 def test_a_save_killed_at_every_step_keeps_the_previous_entry(tmp_path: Path) -> None:
@@ -146,7 +146,7 @@ def test_a_save_killed_at_every_step_keeps_the_previous_entry(tmp_path: Path) ->
     completed = False
     for kill_at in range(1, 200):
         folder = tmp_path / f"k{kill_at}"
-        CacheDirectory(folder).store("m", GPU_A, "fp", _data(GPU_A, [1, 2]))
+        CacheDirectory(folder).store("m", IDENTITY, "fp", _data(IDENTITY, [1, 2]))
         proc = subprocess.run(
             [sys.executable, "-c", KILL_AT, str(folder), str(kill_at)], capture_output=True
         )
@@ -171,14 +171,14 @@ from asyncvk.cache._directory import CacheDirectory
 from asyncvk.cache._file_format import CacheContents, encode_cache
 from asyncvk.cache._keys import SpirvKey
 from asyncvk.gpu import DeviceIdentity
-ident = DeviceIdentity(0x10DE, 0x2330, 4206822, 580, 4, "H100", "nvidia", b"a" * 16)
+ident = IDENTITY_SOURCE
 body = (0x07230203).to_bytes(4, "little") + bytes(60)
 i = int(sys.argv[2])
 d = CacheDirectory(sys.argv[1])
 for n in range(4):
     spirv = {SpirvKey("s", 100 * i + n, 1, 2): body}
     assert d.store("k", ident, "fp", encode_cache(CacheContents(ident, spirv, b"")))
-"""
+""".replace("IDENTITY_SOURCE", identity_source())
 
 
 def test_processes_saving_different_work_for_one_key_keep_all_of_it(tmp_path: Path) -> None:
