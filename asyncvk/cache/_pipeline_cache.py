@@ -682,7 +682,11 @@ class PipelineCache:
     # -- lifetime ---------------------------------------------------------------------------
 
     def clear(self) -> None:
-        """Destroy every live pipeline (SPIR-V entries stay: they hold no Vulkan handle)."""
+        """Drop every live pipeline (SPIR-V entries stay: they hold no Vulkan handle).
+
+        A pipeline is destroyed now unless a loaded model still holds it (``acquire``): then
+        it goes when that model is released, so recorded plans keep running.
+        """
         with self._lock:
             artifacts = list(self._entries.values()) + self._owned_uncached
             self._entries.clear()
@@ -691,7 +695,8 @@ class PipelineCache:
             artifact.destroy()
 
     def close(self) -> None:
-        """Wait for running builds, destroy every pipeline and the VkPipelineCache. Idempotent."""
+        """Wait for running builds, drop every pipeline (as :meth:`clear`) and release the
+        driver cache. Idempotent."""
         if self.closed:
             return
         self._pool.shutdown(wait=True)

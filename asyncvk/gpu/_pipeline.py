@@ -8,6 +8,7 @@ info can be gone before the driver reads it.
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,9 +48,15 @@ def pack_specialization(value: SpecValue) -> bytes:
     return struct.pack("<f", float(value))
 
 
+#: Guards every artifact's user count (rarely contended: loads and releases only).
+_USERS_LOCK = threading.Lock()
+
+
 @dataclass(eq=False)
 class PipelineArtifact:
-    """Live handles for one digest. The cache owns it; layers only borrow it."""
+    """Live handles for one digest. The cache owns it; a model that records plans with it
+    holds it too (:meth:`acquire`), so the cache dropping it never destroys it under a plan.
+    """
 
     device: VulkanDevice
     shader_module: Any
@@ -64,6 +71,9 @@ class PipelineArtifact:
     #: VkDescriptorUpdateTemplate writing binding i from VkDescriptorBufferInfo[i] (Vulkan 1.1+).
     update_template: Any = None
     destroyed: bool = False
+    #: The owner (the cache) plus every :meth:`acquire` not yet released.
+    users: int = 1
+    _owner_released: bool = False
 
     @property
     def binding_count(self) -> int:
@@ -73,8 +83,32 @@ class PipelineArtifact:
     def push_constant_size(self) -> int:
         return self.info.push_constant_size
 
+    def acquire(self) -> PipelineArtifact:
+        """One more user (a loaded model); pair with :meth:`release`. Raises once destroyed."""
+        with _USERS_LOCK:
+            if self.destroyed:
+                raise RuntimeError(f"pipeline {self.name!r} was already destroyed")
+            self.users += 1
+        return self
+
+    def release(self) -> None:
+        """Drop one :meth:`acquire`; the handles go with the last user."""
+        with _USERS_LOCK:
+            self.users -= 1
+            last = self.users == 0
+        if last:
+            self._destroy_handles()
+
     def destroy(self) -> None:
-        """Destroy the handles once, pipeline first. Idempotent."""
+        """The owner's release: idempotent; the handles go now unless a user still holds them."""
+        with _USERS_LOCK:
+            if self._owner_released:
+                return
+            self._owner_released = True
+        self.release()
+
+    def _destroy_handles(self) -> None:
+        """Destroy the handles once, pipeline first."""
         if self.destroyed:
             return
         self.destroyed = True

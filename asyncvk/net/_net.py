@@ -105,6 +105,8 @@ class Net:
         self.device: Any = None
         self.cache: Any = None
         self._owns_cache = False
+        #: Pipelines this model's plans record with, held so the cache dropping them is safe.
+        self._held_pipelines: list[PipelineArtifact] = []
         self.storage_fp16 = False
         self.use_vulkan = False
         self.commands_recorded = 0
@@ -243,6 +245,7 @@ class Net:
                     artifact = built.get(fut)
                     if artifact is None:
                         artifact = built[fut] = await await_shared(fut)
+                        self._held_pipelines.append(artifact.acquire())  # cache.clear() safe
                     if isinstance(key, tuple):
                         node.baked[key] = artifact
                     else:
@@ -576,6 +579,9 @@ class Net:
             node.weight_buffers = {}
             node.pipelines = {}
             node.baked = {}
+        held, self._held_pipelines = self._held_pipelines, []
+        for artifact in held:
+            artifact.release()
         self.loaded = False
 
     def close(self) -> None:
