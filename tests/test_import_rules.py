@@ -27,11 +27,9 @@ ALLOWED: dict[str, set[str]] = {
     "net": {"layers", "cache", "gpu", "shader", "_input_limits"},
     **{app: {"gpu", "cache", "shader", "layers", "net", *APPLICATION} for app in APPLICATION},
 }
-#: Known violations being removed by other work; each named, none by pattern.
-ALLOWANCES: set[tuple[str, str]] = {
-    # ParamDict moves out of net (the layers redesign of issue 14); until then layers import it.
-    ("layers", "net"),
-}
+#: Known violations being removed by other work, each named as ("part", "imported part") with
+#: a comment saying why; none by pattern. (layers -> net._paramdict was the last one.)
+ALLOWANCES: set[tuple[str, str]] = set()
 
 
 def _part(module: str) -> str:
