@@ -17,7 +17,7 @@ from asyncvk.layers.cpu.conv import (
     InnerProduct,
 )
 from asyncvk.layers.cpu.pool import Pooling
-from asyncvk.net._paramdict import ParamDict
+from asyncvk.layers._paramdict import ParamDict
 
 RNG = np.random.default_rng(7767517)
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -12,7 +12,7 @@ from layer_checks import forward_checked
 import asyncvk.layers.cpu.resample
 import asyncvk.layers.cpu.shape  # noqa: F401  (registers the shape layers)
 from asyncvk.layers import Layer, layer_class
-from asyncvk.net._paramdict import ParamDict
+from asyncvk.layers._paramdict import ParamDict
 
 RNG = np.random.default_rng(7767517)
 

@@ -11,7 +11,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from ..net._paramdict import ParamDict
+from ._paramdict import ParamDict
 from ._limits import check_shape
 
 Shape = tuple[int, ...]

@@ -20,7 +20,7 @@ import numpy as np
 from ..cache._spec import PipelineSpec as PipelineSpec  # declared below the layers
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
-from ..net._paramdict import ParamDict
+from ._paramdict import ParamDict
 from ..shader._options import ShaderOptions
 from ._base import Layer
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from .._errors import ModelFormatError
-from ._paramdict import ParamDict, ParamValue
+from ..layers._paramdict import ParamDict, ParamValue
 
 MAGIC = 7767517
 #: ncnn's NCNN_MAX_PARAM_COUNT is 32, so ids run 0..31.

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ...net._paramdict import ParamDict
+from .._paramdict import ParamDict
 from .._base import BlobCount, Layer
 from .._registry import register_layer
 

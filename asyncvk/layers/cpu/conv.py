@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...net._paramdict import ParamDict
+from .._paramdict import ParamDict
 from .._base import Layer, ModelBin
 from .._limits import (
     MAX_BLOB_ELEMENTS,

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ...net._paramdict import ParamDict
+from .._paramdict import ParamDict
 from .._base import BlobCount, Layer, ModelBin
 from .._limits import MAX_EXTENT, check_elements, check_params
 from .._registry import register_layer

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ...net._paramdict import ParamDict
+from .._paramdict import ParamDict
 from .._base import BlobCount, Layer, ModelBin
 from .._limits import MAX_CHANNELS, check_params
 from .._registry import register_layer

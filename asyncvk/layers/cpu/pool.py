@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ...net._paramdict import ParamDict
+from .._paramdict import ParamDict
 from .._base import Layer
 from .._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE, check_params
 from .._registry import register_layer

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...net._paramdict import ParamDict
+from .._paramdict import ParamDict
 from .._base import Layer
 from .._registry import register_layer
 

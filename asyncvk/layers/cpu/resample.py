@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ...net._paramdict import ParamDict
+from .._paramdict import ParamDict
 from .._base import BlobCount, Layer
 from .._limits import MAX_EXTENT, check_params
 from .._registry import register_layer

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ...net._paramdict import ParamDict
+from .._paramdict import ParamDict
 from .._vulkan import (
     GpuBlob,
     PipelineSpec,
