@@ -9,10 +9,10 @@ import pytest
 from layer_checks import FakeModelBin, forward_checked
 
 from asyncvk.layers import layer_class
+from asyncvk.layers._paramdict import ParamDict
 from asyncvk.layers.cpu.activation import fused_activation
 from asyncvk.layers.cpu.misc import Input, MemoryData
 from asyncvk.layers.cpu.norm import BatchNorm
-from asyncvk.layers._paramdict import ParamDict
 
 RNG = np.random.default_rng(7767517)
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from layer_checks import FakeModelBin, forward_checked
 
+from asyncvk.layers._paramdict import ParamDict
 from asyncvk.layers.cpu.conv import (
     Convolution,
     ConvolutionDepthWise,
@@ -17,7 +18,6 @@ from asyncvk.layers.cpu.conv import (
     InnerProduct,
 )
 from asyncvk.layers.cpu.pool import Pooling
-from asyncvk.layers._paramdict import ParamDict
 
 RNG = np.random.default_rng(7767517)
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from asyncvk import ModelFormatError
-from asyncvk.net._param_parser import LayerDecl, ParamFile, parse_param, parse_param_text
 from asyncvk.layers._paramdict import ParamValue
+from asyncvk.net._param_parser import LayerDecl, ParamFile, parse_param, parse_param_text
 
 # A small classifier exactly as pnnx writes it (line numbers matter to the tests below).
 NET = """7767517

@@ -7,12 +7,14 @@ Reduction, Permute, ...) index that numpy shape directly (negative values count 
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ._paramdict import ParamDict
 from ._limits import check_shape
+from ._paramdict import ParamDict
+from ._schema import Param, collect_params, read_params
+from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext
 
 Shape = tuple[int, ...]
 #: How many blobs a layer takes or gives: (fewest, most), most None for no upper bound.
@@ -31,16 +33,30 @@ class ModelBin(Protocol):
 
 
 class Layer:
-    """Base of every layer: parameters, weights and the CPU (numpy) forward pass.
+    """Base of every layer: parameters, weights, the CPU (numpy) forward pass and, for types
+    with a Vulkan path, the pipelines it declares and the dispatches it records.
 
-    Subclasses set ``type_name`` to the ncnn type name and override ``load_param``,
-    ``load_model`` (when they have weights), ``output_shapes`` and ``forward``; layers that
-    are not one-blob-only also override ``blob_counts``.
+    Subclasses declare their params as :class:`~._schema.Param` class attributes (read by
+    ``load_param``; cross-param rules go in ``validate``) and override ``load_model`` (when
+    they have weights), ``output_shapes`` and ``forward``; layers that are not one-blob-only
+    also override ``blob_counts``. GPU-capable types set ``gpu = True`` and override
+    ``pipeline_specs``, ``record`` and, as needed, ``gpu_weights`` and ``supports``. The GPU
+    methods take the device as a :class:`GpuTarget` argument: a layer holds no device state.
     """
 
     type_name: ClassVar[str] = ""
     #: True when the layer takes exactly one input blob and gives one output blob.
     one_blob_only: ClassVar[bool] = True
+    #: The declared params, base classes first (filled for each subclass).
+    params: ClassVar[tuple[Param[Any], ...]] = ()
+    #: True for types with a Vulkan path.
+    gpu: ClassVar[bool] = False
+    #: True when the GPU outputs share the input's bytes (Split, Reshape, Noop, ...).
+    alias: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.params = collect_params(cls)
 
     def __init__(self) -> None:
         self.name: str = ""
@@ -49,7 +65,12 @@ class Layer:
         self.featmask: int = 0
 
     def load_param(self, pd: ParamDict) -> None:
-        """Read parameters; raise ValueError naming the param id on a bad value."""
+        """Read the declared params, then ``validate``; ValueError names the param id."""
+        read_params(self, self.params, pd)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check rules between params (after ``load_param`` has read them)."""
 
     def load_model(self, mb: ModelBin) -> None:
         """Read weights in ncnn's order."""
@@ -86,6 +107,24 @@ class Layer:
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The numpy reference: the CPU path and the ground truth for the GPU shaders."""
         raise NotImplementedError(f"{self.type_name} has no CPU forward")
+
+    # -- the Vulkan path (types with ``gpu = True``) ---------------------------------------
+
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        """False sends this layer to its CPU reference for these shapes."""
+        return True
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        """The pipelines ``record`` dispatches, by key (independent of blob shapes)."""
+        raise NotImplementedError(f"{self.type_name} has no GPU path")
+
+    def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
+        """The arrays to upload, by the name ``record`` asks ``ctx.weight`` for."""
+        return {}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        """Record this layer's dispatches for these blobs."""
+        raise NotImplementedError(f"{self.type_name} has no GPU path")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.bottoms} -> {self.tops}>"

@@ -1,9 +1,10 @@
-"""VulkanLayer: the GPU implementation of one ncnn layer, beside its numpy reference.
+"""What a layer's Vulkan side speaks: the device it targets, blobs, the record context.
 
-A VulkanLayer never creates a Vulkan object. It *declares* the pipelines it needs
-(:meth:`pipeline_specs`, which must not depend on blob shapes: shapes travel in push constants,
-so one pipeline serves every input size) and the weights to upload (:meth:`weights`), and then
-*records* dispatches through a :class:`RecordContext` that the runtime provides.
+A layer never creates a Vulkan object. It *declares* the pipelines it needs
+(``Layer.pipeline_specs(target)``, which must not depend on blob shapes: shapes travel in push
+constants, so one pipeline serves every input size) and the weights to upload
+(``Layer.gpu_weights(target)``), and then *records* dispatches through a :class:`RecordContext`
+that the runtime provides. Nothing here depends on Layer, so ``_base`` can use these types.
 
 Blobs on the GPU are contiguous float32 buffers in the CPU layout (see ``_base``).
 """
@@ -13,18 +14,40 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
 from ..cache._spec import PipelineSpec as PipelineSpec  # declared below the layers
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
-from ._paramdict import ParamDict
 from ..shader._options import ShaderOptions
-from ._base import Layer
+from ._paramdict import ParamDict
+
+if TYPE_CHECKING:
+    from ._base import Layer
 
 Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """The device a layer's GPU methods declare for: shader options and the device's facts.
+
+    Passed in, never stored on a layer, so a parsed model stays device-free."""
+
+    options: ShaderOptions
+    info: GpuInfo
+
+
+def local_size_1d(info: GpuInfo) -> tuple[int, int, int]:
+    """A 1-D local size that fits the device (64, or less on small devices)."""
+    return (min(64, info.limits.max_compute_workgroup_invocations), 1, 1)
+
+
+def groups_1d(n: int, local: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Workgroups that cover ``n`` invocations of ``local``."""
+    return (max(1, -(-n // local[0])), 1, 1)
 
 
 @dataclass

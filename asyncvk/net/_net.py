@@ -25,8 +25,9 @@ from ..cache._spec import PipelineSpec
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._base import Layer
+from ..layers._gpu_layer import GpuLayer, bind_gpu
 from ..layers._registry import layer_class, layer_types
-from ..layers._vulkan import VulkanLayer, vulkan_layer_class
+from ..layers._vulkan import GpuTarget, VulkanLayer
 from ..shader._options import ShaderOptions
 from ._modelbin import ModelBinReader
 from ._option import Option
@@ -51,7 +52,7 @@ class _Node:
     line: int
     params: Any = None
     weight_data: list[np.ndarray] = field(default_factory=list)
-    vulkan: VulkanLayer | None = None
+    vulkan: GpuLayer | VulkanLayer | None = None
     pipelines: dict[str, PipelineArtifact] = field(default_factory=dict)
     #: Shape-baked pipelines by (pipeline key, push bytes): see ``_shape_hints``.
     baked: dict[tuple[str, bytes], PipelineArtifact] = field(default_factory=dict)
@@ -405,19 +406,17 @@ class Net:
 
     def _create_vulkan_layers(self) -> None:
         info = self.device.info
-        options = self.opt.shader_options().supported_on(info)
+        target = GpuTarget(self.opt.shader_options().supported_on(info), info)
         for node in self.nodes:
             node.vulkan = None
             node.pipelines = {}
             node.baked = {}
             if node.layer.featmask & _FEATMASK_NO_VULKAN:
                 continue
-            cls = vulkan_layer_class(node.layer.type_name)
-            if cls is None:
-                continue
             try:
-                node.vulkan = cls(node.layer, options, info, node.params, node.weight_data)
-                node.vulkan.pipeline_specs()
+                node.vulkan = bind_gpu(node.layer, target, node.params, node.weight_data)
+                if node.vulkan is not None:
+                    node.vulkan.pipeline_specs()
             except Exception as exc:  # a GPU layer reads the params too: same rule
                 raise self._layer_error(node, exc) from exc
 

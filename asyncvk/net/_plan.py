@@ -62,7 +62,7 @@ class _CpuStep:
 
 
 class _Context:
-    """The RecordContext a VulkanLayer records through."""
+    """The RecordContext a GPU layer records through."""
 
     def __init__(self, plan: Plan, node: _Node, recorder: CommandRecorder) -> None:
         self.info = plan.net.device.info

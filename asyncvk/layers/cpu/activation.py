@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .._paramdict import ParamDict
 from .._base import BlobCount, Layer
+from .._paramdict import ParamDict
 from .._registry import register_layer
 
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._paramdict import ParamDict
 from .._base import BlobCount, Layer
+from .._paramdict import ParamDict
 from .._registry import register_layer
 
 _F32 = np.float32

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._paramdict import ParamDict
 from .._base import Layer, ModelBin
 from .._limits import (
     MAX_BLOB_ELEMENTS,
@@ -21,6 +20,7 @@ from .._limits import (
     check_elements,
     check_params,
 )
+from .._paramdict import ParamDict
 from .._registry import register_layer
 from .activation import fused_activation, validate_activation
 

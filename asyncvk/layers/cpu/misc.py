@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
-from .._paramdict import ParamDict
 from .._base import BlobCount, Layer, ModelBin
 from .._limits import MAX_EXTENT, check_elements, check_params
+from .._paramdict import ParamDict
 from .._registry import register_layer
 
 

@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from .._paramdict import ParamDict
 from .._base import Layer
 from .._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE, check_params
+from .._paramdict import ParamDict
 from .._registry import register_layer
 from .conv import as_chw, border, same_pads
 

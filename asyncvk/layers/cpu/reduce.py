@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._paramdict import ParamDict
 from .._base import Layer
+from .._paramdict import ParamDict
 from .._registry import register_layer
 
 _F32 = np.float32

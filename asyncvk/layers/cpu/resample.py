@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from .._paramdict import ParamDict
 from .._base import BlobCount, Layer
 from .._limits import MAX_EXTENT, check_params
+from .._paramdict import ParamDict
 from .._registry import register_layer
 from .shape import mat_whdc
 

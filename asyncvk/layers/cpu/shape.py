@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._paramdict import ParamDict
 from .._base import BlobCount, Layer, ModelBin
 from .._limits import MAX_CHANNELS, MAX_EXTENT, MAX_PAD, MAX_STRIDE, check_params
+from .._paramdict import ParamDict
 from .._registry import register_layer
 
 _F32 = np.float32

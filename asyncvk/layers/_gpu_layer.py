@@ -1,0 +1,57 @@
+"""GpuLayer: one layer of a parsed model bound to one device (what a plan records through).
+
+The layer itself stays device-free; binding pairs it with a :class:`GpuTarget` so the runtime
+can ask for its pipelines, weights and dispatches without passing the target each time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ._base import Layer, Shape
+from ._paramdict import ParamDict
+from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext, VulkanLayer
+from ._vulkan import vulkan_layer_class as _legacy_class
+
+
+class GpuLayer:
+    """``layer`` on ``target``: the Vulkan half of a layer, for one device."""
+
+    __slots__ = ("layer", "target")
+
+    def __init__(self, layer: Layer, target: GpuTarget) -> None:
+        self.layer = layer
+        self.target = target
+
+    @property
+    def alias(self) -> bool:
+        return self.layer.alias
+
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        return self.layer.supports(input_shapes)
+
+    def pipeline_specs(self) -> dict[str, PipelineSpec]:
+        return self.layer.pipeline_specs(self.target)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.layer.gpu_weights(self.target)
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        self.layer.record(ctx, inputs, outputs)
+
+    def __repr__(self) -> str:
+        return f"<GpuLayer {self.layer!r}>"
+
+
+def bind_gpu(
+    layer: Layer, target: GpuTarget, params: ParamDict, weight_data: Sequence[np.ndarray]
+) -> GpuLayer | VulkanLayer | None:
+    """The GPU side of ``layer`` on ``target``, or None for a CPU-only type."""
+    if type(layer).gpu:
+        return GpuLayer(layer, target)
+    legacy = _legacy_class(layer.type_name)
+    if legacy is None:
+        return None
+    return legacy(layer, target.options, target.info, params, weight_data)
