@@ -17,7 +17,7 @@ from asyncvk.layers.cpu.conv import (
     DeconvolutionDepthWise,
     InnerProduct,
 )
-from asyncvk.layers.cpu.pool import Pooling
+from asyncvk.layers.pooling import Pooling
 
 RNG = np.random.default_rng(7767517)
 FLT_MAX = float(np.finfo(np.float32).max)

@@ -336,7 +336,7 @@ async def test_unexpected_error_in_load_param_is_a_model_format_error(
 ) -> None:
     """The safety net: a bug in a layer's parameter code still names the file, line and layer,
     with the bug chained as the cause."""
-    from asyncvk.layers.cpu.pool import Pooling
+    from asyncvk.layers.pooling import Pooling
 
     def broken(self: Pooling, pd: object) -> None:
         raise KeyError("a bug")
@@ -372,12 +372,12 @@ async def test_unexpected_error_in_load_model_is_a_model_format_error(
 async def test_unexpected_error_in_a_gpu_layer_is_a_model_format_error(
     device: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from asyncvk.layers.vulkan.pooling import Pooling
+    from asyncvk.layers.pooling import Pooling
 
-    def broken(self: Pooling) -> None:
+    def broken(self: Pooling, target: object) -> None:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(Pooling, "setup", broken)
+    monkeypatch.setattr(Pooling, "pipeline_specs", broken)
     d = MODELS / "cunet"
     with pytest.raises(
         ModelFormatError, match=r"model.param:11, layer 'gap_0': .*ZeroDivisionError"

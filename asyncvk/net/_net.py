@@ -39,8 +39,7 @@ _FEATMASK_NO_VULKAN = 1 << 4
 
 
 def _import_layers() -> None:
-    from ..layers.cpu import _all  # noqa: F401  (registers every CPU layer)
-    from ..layers.vulkan import _all as _vk_all  # noqa: F401  (registers every GPU layer)
+    from ..layers import _all  # noqa: F401  (registers every layer type)
 
 
 @dataclass(eq=False)

@@ -1,4 +1,5 @@
-"""Pooling (max / average, padded, global, adaptive) in numpy, as ncnn's pooling.cpp.
+"""Pooling (max / average, padded, global, adaptive): numpy as ncnn's pooling.cpp, and the
+GPU path on ``pooling.comp``.
 
 Max pooling keeps ncnn's NaN behaviour: pooling.cpp starts from the window's first value and
 folds ``max = std::max(max, v)``, i.e. ``max < v ? v : max``, so a NaN comes out only when it
@@ -11,11 +12,12 @@ import math
 
 import numpy as np
 
-from .._base import Layer
-from .._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE, check_params
-from .._paramdict import ParamDict
-from .._registry import register_layer
-from .conv import as_chw, border, same_pads
+from ._base import Layer, Shape
+from ._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE
+from ._registry import register_layer
+from ._schema import Param
+from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext, pack_push
+from .cpu.conv import as_chw, border, same_pads
 
 POOL_MAX = 0
 POOL_AVE = 1
@@ -53,50 +55,25 @@ class Pooling(Layer):
     6 avgpool_count_include_pad, 7 adaptive, 8/18 out_w/out_h.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.pooling_type = POOL_MAX
-        self.kernel_w = self.kernel_h = 0
-        self.stride_w = self.stride_h = 1
-        self.pad_left = self.pad_right = self.pad_top = self.pad_bottom = 0
-        self.global_pooling = 0
-        self.pad_mode = 0
-        self.avgpool_count_include_pad = 0
-        self.adaptive_pooling = 0
-        self.out_w = self.out_h = 0
+    pooling_type = Param(0, int, POOL_MAX)
+    kernel_w = Param(1, int, 0, limit=MAX_KERNEL)
+    kernel_h = Param(11, int, kernel_w, limit=MAX_KERNEL)
+    stride_w = Param(2, int, 1, limit=MAX_STRIDE)
+    stride_h = Param(12, int, stride_w, limit=MAX_STRIDE)
+    pad_left = Param(3, int, 0, limit=MAX_PAD)
+    pad_right = Param(14, int, pad_left, limit=MAX_PAD)
+    pad_top = Param(13, int, pad_left, limit=MAX_PAD)
+    pad_bottom = Param(15, int, pad_top, limit=MAX_PAD)
+    global_pooling = Param(4, int, 0)
+    pad_mode = Param(5, int, 0)
+    avgpool_count_include_pad = Param(6, int, 0)
+    adaptive_pooling = Param(7, int, 0)
+    out_w = Param(8, int, 0, limit=MAX_EXTENT)
+    out_h = Param(18, int, out_w, limit=MAX_EXTENT)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.pooling_type = pd.get_int(0, 0)
-        self.kernel_w = pd.get_int(1, 0)
-        self.kernel_h = pd.get_int(11, self.kernel_w)
-        self.stride_w = pd.get_int(2, 1)
-        self.stride_h = pd.get_int(12, self.stride_w)
-        self.pad_left = pd.get_int(3, 0)
-        self.pad_right = pd.get_int(14, self.pad_left)
-        self.pad_top = pd.get_int(13, self.pad_left)
-        self.pad_bottom = pd.get_int(15, self.pad_top)
-        self.global_pooling = pd.get_int(4, 0)
-        self.pad_mode = pd.get_int(5, 0)
-        self.avgpool_count_include_pad = pd.get_int(6, 0)
-        self.adaptive_pooling = pd.get_int(7, 0)
-        self.out_w = pd.get_int(8, 0)
-        self.out_h = pd.get_int(18, self.out_w)
-        kind = self.type_name
-        check_params(
-            kind, MAX_KERNEL, (1, "kernel_w", self.kernel_w), (11, "kernel_h", self.kernel_h)
-        )
-        check_params(
-            kind, MAX_STRIDE, (2, "stride_w", self.stride_w), (12, "stride_h", self.stride_h)
-        )
-        check_params(
-            kind,
-            MAX_PAD,
-            (3, "pad_left", self.pad_left),
-            (14, "pad_right", self.pad_right),
-            (13, "pad_top", self.pad_top),
-            (15, "pad_bottom", self.pad_bottom),
-        )
-        check_params(kind, MAX_EXTENT, (8, "out_w", self.out_w), (18, "out_h", self.out_h))
+    gpu = True
+
+    def validate(self) -> None:
         if self.pooling_type not in (POOL_MAX, POOL_AVE):
             raise ValueError(f"param 0 pooling_type={self.pooling_type} must be 0 (max) or 1 (avg)")
         if self.global_pooling or self.adaptive_pooling:
@@ -242,3 +219,41 @@ class Pooling(Layer):
         ).astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
             return (total / area).astype(np.float32)
+
+    # -- GPU (pooling.comp; ncnn's pad modes worked out on the host) ---------------------------
+
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        return len(input_shapes[0]) == 3 and self.pooling_type in (0, 1)
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        # ncnn excludes only the pads named by params (and the full mode's tail); SAME modes
+        # compute their pads, which it then counts, so they divide by the kernel area.
+        include = 1 if self.pad_mode in (2, 3) else self.avgpool_count_include_pad
+        spec = (self.pooling_type, include, self.adaptive_pooling)
+        return {"pool": PipelineSpec("pooling", spec, (8, 8, 1))}
+
+    def _gpu_pads(self, w: int, h: int) -> tuple[int, int, int, int]:
+        """(left, top, right, bottom) as ncnn's make_padding; tail pads are not counted."""
+        if self.pad_mode in (2, 3):
+            wpad = self.kernel_w + (w - 1) // self.stride_w * self.stride_w - w
+            hpad = self.kernel_h + (h - 1) // self.stride_h * self.stride_h - h
+            wpad, hpad = max(wpad, 0), max(hpad, 0)
+            if self.pad_mode == 2:
+                return (wpad // 2, hpad // 2, wpad - wpad // 2, hpad - hpad // 2)
+            return (wpad - wpad // 2, hpad - hpad // 2, wpad // 2, hpad // 2)
+        return (self.pad_left, self.pad_top, self.pad_right, self.pad_bottom)
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        c, h, w = inputs[0].shape
+        out = outputs[0].shape
+        if self.global_pooling:
+            kw, kh, sw, sh = w, h, 1, 1
+            pads = (0, 0, 0, 0)
+            ow = oh = 1
+        else:
+            kw, kh, sw, sh = self.kernel_w, self.kernel_h, self.stride_w, self.stride_h
+            pads = self._gpu_pads(w, h)
+            oh, ow = (out[1], out[2]) if len(out) == 3 else (1, 1)
+        push = pack_push("13i", w, h, c, ow, oh, kw, kh, sw, sh, *pads)
+        groups = (math.ceil(ow / 8), math.ceil(oh / 8), c)
+        ctx.dispatch("pool", [inputs[0], outputs[0]], push, groups)
