@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -239,3 +240,78 @@ def test_a_graph_key_that_starts_with_a_dash(tmp_path: Path) -> None:
     accepted = cli(*common, "--graph-key=-rf", "--json")
     assert accepted.returncode == 0, accepted.stderr
     assert list((tmp_path / "c").glob("-rf_*.vkcache"))
+
+
+# -- a cache folder that can be read but not written still serves ----------------------------------
+
+
+def _run_cunet(cache_dir: Path, prefix: list[str]) -> subprocess.CompletedProcess[str]:
+    command = [
+        *prefix,
+        sys.executable,
+        "-m",
+        "asyncvk",
+        "run",
+        str(CUNET / "model.param"),
+        str(CUNET / "model.bin"),
+        "--input",
+        f"in0={CUNET / 'input.npy'}",
+        "--cache-dir",
+        str(cache_dir),
+        "--graph-key",
+        "k",
+        "--json",
+    ]
+    env = {**os.environ, "MESA_SHADER_CACHE_DISABLE": "true", "HOME": str(cache_dir.parent)}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _read_only_ways(folder: Path) -> list[tuple[str, list[str]]]:
+    """Prefixes that run a command where ``folder`` can be read but not written."""
+    ways = []
+    probe = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", f"mount --bind -o ro '{folder}' '{folder}'"],
+        capture_output=True,
+    )
+    if probe.returncode == 0:
+        script = f"mount --bind -o ro '{folder}' '{folder}' && exec \"$@\""
+        ways.append(("read-only mount", ["unshare", "--mount", "sh", "-c", script, "sh"]))
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        reach = subprocess.run(
+            [*nobody, sys.executable, "-c", "import asyncvk"], capture_output=True
+        )
+        if reach.returncode == 0:
+            ways.append(("another user's 0755 folder", nobody))
+    return ways
+
+
+def test_a_folder_that_cannot_be_written_still_serves(outside: Path) -> None:
+    folder = outside / "baked"
+    cold = _run_cunet(folder, [])
+    assert cold.returncode == 0, cold.stderr
+    folder.chmod(0o755)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    ways = _read_only_ways(folder)
+    if not ways:
+        pytest.skip("no way to make a folder unwritable here (no mount namespace, not root)")
+    for how, prefix in ways:
+        warm = _run_cunet(folder, prefix)
+        assert warm.returncode == 0, (how, warm.stderr)
+        report = json.loads(warm.stdout)
+        assert report["cache_loaded"] and report["spirv_compiled"] == 0, (how, report)
+        assert "not saving" in warm.stderr and "Traceback" not in warm.stderr, how
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before, how
+
+
+async def test_serve_becomes_ready_over_a_tampered_index(tmp_path: Path) -> None:
+    from test_serve import Server
+
+    CacheDirectory(tmp_path).store("cunet", IDENTITY, "fp", _data())
+    (tmp_path / "cunet.idx").write_text("[" * (1 << 20))
+    server = Server(tmp_path)
+    try:
+        await server.wait_ready()
+    finally:
+        code, err = server.stop()
+    assert code == 0 and "Traceback" not in err, err
