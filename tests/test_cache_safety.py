@@ -310,3 +310,24 @@ async def test_tilde_is_expanded(
     await net.load_param("~/model.param")
     await net.load_model("~/model.bin")
     await net.aclose()
+
+
+def test_a_warm_run_that_built_nothing_new_writes_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    args = [
+        "run",
+        str(CUNET / "model.param"),
+        str(CUNET / "model.bin"),
+        "--input",
+        f"in0={CUNET / 'input.npy'}",
+        "--cache-dir",
+        str(folder),
+        "--graph-key",
+        "k",
+        "--json",
+    ]
+    assert cli(*args).returncode == 0
+    files = {p.name: p.stat().st_mtime_ns for p in folder.glob("*.vkcache")}
+    warm = cli(*args)
+    assert warm.returncode == 0 and json.loads(warm.stdout)["cache_loaded"], warm.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in folder.glob("*.vkcache")} == files

@@ -358,6 +358,8 @@ class CacheDirectory:
     ) -> Path | None:
         """Save this key's file for this device; returns its path, or None when not saved.
 
+        A save that adds nothing to the device's current file writes nothing.
+
         ``data`` is the new file, or ``build(current)`` which returns it given the device's
         current file for this model (None when there is none): either way the result is merged
         with what another process saved meanwhile, so concurrent savers lose nothing.
@@ -375,15 +377,11 @@ class CacheDirectory:
                 entries = self._sweep(graph_key, entries)
                 device = device_entry(identity)
                 old = [e for e in entries if _same_device(e.device, device)]
-                current = next(
-                    (
-                        self._read_cache_file(e.file)
-                        for e in old
-                        if e.model_fingerprint in (None, fingerprint)
-                    ),
-                    None,
-                )
+                same = next((e for e in old if e.model_fingerprint in (None, fingerprint)), None)
+                current = self._read_cache_file(same.file) if same is not None else None
                 content = _merged(data, current, identity)
+                if same is not None and content == current:
+                    return self.path / same.file  # nothing new: no file written, none removed
                 self._write_new(name, content)
                 written = True
                 now = time.time()
