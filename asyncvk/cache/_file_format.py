@@ -37,32 +37,35 @@ BLOB_HEADER_SIZE = 32  # VkPipelineCacheHeaderVersionOne
 
 # The first 20 bytes keep this layout in every format version, so any version can be named.
 _PREFIX = struct.Struct("<8sIII")  # magic, format version, header size, endian marker
-_HEADER = struct.Struct("<8sIIII32sQIIIIIQQ16sIQ16sQQ16s16s")
-HEADER_SIZE = _HEADER.size
-HEADER_FIELDS = (
-    "magic",
-    "format_version",
-    "header_size",
-    "endian",
-    "pointer_size",
-    "asyncvk_version",
-    "asyncvk_version_hash",
-    "vendor_id",
-    "device_id",
-    "api_version",
-    "driver_version",
-    "driver_id",
-    "device_name_hash",
-    "driver_name_hash",
-    "pipeline_cache_uuid",
-    "spirv_entry_count",
-    "index_size",
-    "index_hash",
-    "bodies_size",
-    "driver_blob_size",
-    "driver_blob_hash",
-    "header_hash",
+#: The header, field by field (name, struct code): its struct, its field names and the writer
+#: all come from this one table, so they cannot drift apart.
+_HEADER_LAYOUT = (
+    ("magic", "8s"),
+    ("format_version", "I"),
+    ("header_size", "I"),
+    ("endian", "I"),
+    ("pointer_size", "I"),
+    ("asyncvk_version", "32s"),
+    ("asyncvk_version_hash", "Q"),
+    ("vendor_id", "I"),
+    ("device_id", "I"),
+    ("api_version", "I"),
+    ("driver_version", "I"),
+    ("driver_id", "I"),
+    ("device_name_hash", "Q"),
+    ("driver_name_hash", "Q"),
+    ("pipeline_cache_uuid", "16s"),
+    ("spirv_entry_count", "I"),
+    ("index_size", "Q"),
+    ("index_hash", "16s"),
+    ("bodies_size", "Q"),
+    ("driver_blob_size", "Q"),
+    ("driver_blob_hash", "16s"),
+    ("header_hash", "16s"),
 )
+_HEADER = struct.Struct("<" + "".join(code for _, code in _HEADER_LAYOUT))
+HEADER_SIZE = _HEADER.size
+HEADER_FIELDS = tuple(name for name, _ in _HEADER_LAYOUT)
 # name length, option bits, source hash, macro hash, body size, entry hash; then the UTF-8 name
 _ENTRY = struct.Struct("<HIQQQ16s")
 ENTRY_SIZE = _ENTRY.size
@@ -189,31 +192,33 @@ def _encode(
         index += name
         bodies += words
         count += 1
-    fields = [
-        MAGIC,
-        FORMAT_VERSION,
-        HEADER_SIZE,
-        ENDIAN_MARKER,
-        POINTER_SIZE,
-        _version_field(version),
-        name_hash(version),
-        identity.vendor_id,
-        identity.device_id,
-        identity.api_version,
-        identity.driver_version,
-        identity.driver_id,
-        name_hash(identity.device_name),
-        name_hash(identity.driver_name),
-        identity.pipeline_cache_uuid,
-        count,
-        len(index),
-        _hash16(index),
-        len(bodies),
-        len(blob),
-        _hash16(blob) if blob else bytes(16),
-    ]
-    unsealed = _HEADER.pack(*fields, bytes(16))
-    header = _HEADER.pack(*fields, _hash16(unsealed[:-16]))
+    values: dict[str, Any] = {
+        "magic": MAGIC,
+        "format_version": FORMAT_VERSION,
+        "header_size": HEADER_SIZE,
+        "endian": ENDIAN_MARKER,
+        "pointer_size": POINTER_SIZE,
+        "asyncvk_version": _version_field(version),
+        "asyncvk_version_hash": name_hash(version),
+        "vendor_id": identity.vendor_id,
+        "device_id": identity.device_id,
+        "api_version": identity.api_version,
+        "driver_version": identity.driver_version,
+        "driver_id": identity.driver_id,
+        "device_name_hash": name_hash(identity.device_name),
+        "driver_name_hash": name_hash(identity.driver_name),
+        "pipeline_cache_uuid": identity.pipeline_cache_uuid,
+        "spirv_entry_count": count,
+        "index_size": len(index),
+        "index_hash": _hash16(index),
+        "bodies_size": len(bodies),
+        "driver_blob_size": len(blob),
+        "driver_blob_hash": _hash16(blob) if blob else bytes(16),
+        "header_hash": bytes(16),
+    }
+    unsealed = _HEADER.pack(*(values[name] for name in HEADER_FIELDS))
+    values["header_hash"] = _hash16(unsealed[:-16])
+    header = _HEADER.pack(*(values[name] for name in HEADER_FIELDS))
     return b"".join((header, index, bodies, blob))
 
 

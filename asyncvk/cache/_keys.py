@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -17,3 +18,14 @@ class SpirvKey:
     option_bits: int
     source_hash: int
     macro_hash: int
+
+
+def split_by_macros(
+    entries: Mapping[SpirvKey, bytes], macro_hash: int
+) -> tuple[dict[SpirvKey, bytes], dict[SpirvKey, bytes]]:
+    """(entries compiled for these device macros, the others): the one place they are told apart."""
+    mine: dict[SpirvKey, bytes] = {}
+    others: dict[SpirvKey, bytes] = {}
+    for key, spirv in entries.items():
+        (mine if key.macro_hash == macro_hash else others)[key] = spirv
+    return mine, others

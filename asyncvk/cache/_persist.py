@@ -25,6 +25,7 @@ from ._file_format import (
     read_cache_source,
     validate_driver_blob,
 )
+from ._keys import split_by_macros
 from ._safe_fs import UnsafePathError, expand_path
 
 if TYPE_CHECKING:
@@ -69,18 +70,13 @@ def load_cache(cache: PipelineCache, source: CacheSource) -> CacheLoadResult:
         if blob and cache.vk_cache is None:
             skipped.append("driver blob ignored: this device's pipeline cache is flagged broken")
             blob = b""
-        if blob:
-            reason = validate_driver_blob(blob, identity)
-            if reason is not None:
-                return _note(cache, CacheLoadResult(False, f"driver blob rejected: {reason}"))
+        if blob:  # decode_cache validated it against this device's identity
             try:
                 cache.merge_driver_blob(blob)
             except AsyncVkError as exc:
                 return _note(cache, CacheLoadResult(False, f"the driver refused the blob: {exc}"))
-        entries = {
-            k: v for k, v in contents.spirv.items() if k.macro_hash == cache.device_macro_hash
-        }
-        foreign = len(contents.spirv) - len(entries)
+        entries, others = split_by_macros(contents.spirv, cache.device_macro_hash)
+        foreign = len(others)
         if foreign:
             skipped.append(f"{foreign} entries compiled for other device macros")
         cache.add_spirv_entries(entries)
@@ -132,15 +128,11 @@ def merge_with_saved(cache: PipelineCache, existing: bytes | None) -> bytes:
                     cache.merge_driver_blob(old.driver_blob)
                 except AsyncVkError as exc:
                     log.info("not merging the blob on disk: %s", exc)
-            cache.add_spirv_entries(
-                {k: v for k, v in old.spirv.items() if k.macro_hash == cache.device_macro_hash}
-            )
+            mine, foreign = split_by_macros(old.spirv, cache.device_macro_hash)
+            cache.add_spirv_entries(mine)
             merged = current_contents(cache)
             # Keep entries for other device macros that share this identity. This device's
             # entries that the live cache lacks were dropped as bad: they stay dropped.
-            foreign = {
-                k: v for k, v in old.spirv.items() if k.macro_hash != cache.device_macro_hash
-            }
             if foreign:
                 merged = CacheContents(
                     merged.identity, {**foreign, **merged.spirv}, merged.driver_blob

@@ -50,7 +50,7 @@ from . import _persist
 from ._autosave import AutoSaver
 from ._digest import builtin_digest, spirv_digest
 from ._file_format import CacheLoadResult
-from ._keys import SpirvKey
+from ._keys import SpirvKey, split_by_macros
 from ._persist import CacheSource, SaveResult
 from ._single_flight import Role, SingleFlight
 from ._spec import PipelineSpec
@@ -640,8 +640,8 @@ class PipelineCache:
         """Adopt SPIR-V entries loaded from a file; only those for this device's macros."""
         added = 0
         with self._lock:
-            for key, spirv in entries.items():
-                if key.macro_hash != self._macro_hash or key in self._spirv:
+            for key, spirv in split_by_macros(entries, self._macro_hash)[0].items():
+                if key in self._spirv:
                     continue
                 if (key, spirv) in self._rejected_spirv:
                     continue  # dropped as bad in this process: the file still holds it

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _vk
 from .._errors import PipelineError
 from ..shader._reflect import STORAGE_BUFFER, UNIFORM_BUFFER, ShaderInfo
+from ..shader._registry import BAKED_PUSH_BASE_ID
 
 if TYPE_CHECKING:
     from ._device import VulkanDevice
@@ -26,8 +27,6 @@ vk = _vk.vkapi
 ffi = _vk.ffi
 
 SpecValue = int | float | bool
-#: Specialization ids from here up take their values from ``baked_push`` (the shape variants).
-BAKED_PUSH_BASE_ID = 100
 _CACHE_HIT_BIT = 0x2  # VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT
 _FEEDBACK_VALID_BIT = 0x1
 _REQUIRED_SUBGROUP_SIZE_STYPE = (
