@@ -28,7 +28,7 @@ import numpy as np
 from _common import MODELS, emit, model_names
 
 from asyncvk import Net, Option, get_gpu_info
-from asyncvk.layers.vulkan import convolution
+from asyncvk.layers import convolution
 
 
 def _stats(times: list[float]) -> dict[str, float]:

@@ -10,13 +10,9 @@ import pytest
 from layer_checks import FakeModelBin, forward_checked
 
 from asyncvk.layers._paramdict import ParamDict
-from asyncvk.layers.cpu.conv import (
-    Convolution,
-    ConvolutionDepthWise,
-    Deconvolution,
-    DeconvolutionDepthWise,
-    InnerProduct,
-)
+from asyncvk.layers.convolution import Convolution, ConvolutionDepthWise
+from asyncvk.layers.deconvolution import Deconvolution, DeconvolutionDepthWise
+from asyncvk.layers.innerproduct import InnerProduct
 from asyncvk.layers.pooling import Pooling
 
 RNG = np.random.default_rng(7767517)

@@ -354,7 +354,7 @@ async def test_unexpected_error_in_load_param_is_a_model_format_error(
 async def test_unexpected_error_in_load_model_is_a_model_format_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from asyncvk.layers.cpu.conv import InnerProduct
+    from asyncvk.layers.innerproduct import InnerProduct
 
     def broken(self: InnerProduct, mb: object) -> None:
         raise IndexError("a bug")

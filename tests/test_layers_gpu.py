@@ -281,7 +281,7 @@ async def test_both_convolution_shaders(
 ) -> None:
     """The tiled shader (chosen on CPU devices) and the one-output shader (chosen on GPUs)
     both match the reference, whichever device runs the tests."""
-    from asyncvk.layers.vulkan import convolution
+    from asyncvk.layers import convolution
 
     monkeypatch.setattr(convolution, "TILED_SHADER", tiled)
     param, weights = build(case)

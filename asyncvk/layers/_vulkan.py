@@ -149,6 +149,16 @@ class VulkanLayer:
         return (max(1, -(-n // local[0])), 1, 1)
 
 
+def blobs_and_weights(
+    ctx: RecordContext,
+    inputs: Sequence[GpuBlob],
+    outputs: Sequence[GpuBlob],
+    weights: Sequence[str] = ("weight", "bias"),
+) -> list[Buffer | GpuBlob]:
+    """The bindings of a one-in, one-out layer with weights: input, output, then each weight."""
+    return [inputs[0], outputs[0], *(ctx.weight(name) for name in weights)]
+
+
 def pack_push(fmt: str, *values: Any) -> bytes:
     """Little-endian push constants (``i`` int, ``f`` float), e.g. ``pack_push("iif", w, h, s)``."""
     return struct.pack("<" + fmt, *values)

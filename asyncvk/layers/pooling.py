@@ -13,11 +13,11 @@ import math
 import numpy as np
 
 from ._base import Layer, Shape
+from ._geometry import as_chw, border, same_pads
 from ._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE
 from ._registry import register_layer
 from ._schema import Param
 from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext, pack_push
-from .cpu.conv import as_chw, border, same_pads
 
 POOL_MAX = 0
 POOL_AVE = 1

@@ -1,0 +1,342 @@
+"""The Convolution family's shared params, Convolution and ConvolutionDepthWise: numpy im2col
+plus one batched matmul over the groups; on the GPU ``convolution.comp``, the tiled variant on
+CPU devices, and ``convolutiondepthwise.comp``.
+
+Weights keep ncnn's order: (num_output, num_input / group, kernel_h, kernel_w), flattened.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..gpu._info import GpuInfo
+from ._base import Layer, ModelBin, Shape
+from ._geometry import (
+    SAME_LOWER,
+    SAME_UPPER,
+    as_chw,
+    border,
+    check_pads,
+    chw_shape,
+    im2col,
+    same_pads,
+)
+from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS, MAX_KERNEL, MAX_PAD, MAX_STRIDE
+from ._registry import register_layer
+from ._schema import Param, floats
+from ._vulkan import (
+    GpuBlob,
+    GpuTarget,
+    PipelineSpec,
+    RecordContext,
+    blobs_and_weights,
+    pack_push,
+)
+from .cpu.activation import fused_activation, validate_activation
+
+#: im2col columns made at once (elements): a large input is convolved in bands of rows.
+IM2COL_BUDGET = 1 << 24
+_LOCAL_2D = (8, 8, 1)
+_TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
+_TILE_OX = 4  # output columns per invocation in convolution_tiled.comp
+#: Where ungrouped convolutions use convolution_tiled.comp: "cpu" devices only (measured:
+#: 4-8x faster on lavapipe, where every per-lane load is a scalar loop; 1.5-9x slower on an
+#: H100, which wants one invocation per output for occupancy), "always" or "never" (benchmarks).
+TILED_SHADER = "cpu"
+_FLT_MAX = 3.402823466e38
+
+
+def gpu_activation(kind: int, values: tuple[float, ...]) -> tuple[int, float, float]:
+    """ncnn activation_type 9 and its params 10 as (type, a, b) for ``activation.h``."""
+    if kind == 2:
+        return (2, values[0] if values else 0.0, 0.0)
+    if kind == 3:
+        lo = values[0] if len(values) > 0 else -_FLT_MAX
+        hi = values[1] if len(values) > 1 else _FLT_MAX
+        return (3, lo, hi)
+    if kind == 6:
+        return (6, values[0] if values else 0.2, values[1] if len(values) > 1 else 0.5)
+    if kind not in (0, 1, 4, 5):
+        raise ValueError(f"activation_type {kind} is not supported")
+    return (kind, 0.0, 0.0)
+
+
+class ConvParams(Layer):
+    """The param ids shared by the Convolution family (ncnn's convolution.cpp), its weights,
+    and the GPU side common to ``convolution.comp`` and ``deconvolution.comp``."""
+
+    num_output = Param(0, int, 0, limit=MAX_CHANNELS)
+    kernel_w = Param(1, int, 0, limit=MAX_KERNEL)
+    kernel_h = Param(11, int, kernel_w, limit=MAX_KERNEL)
+    dilation_w = Param(2, int, 1, limit=MAX_STRIDE)
+    dilation_h = Param(12, int, dilation_w, limit=MAX_STRIDE)
+    stride_w = Param(3, int, 1, limit=MAX_STRIDE)
+    stride_h = Param(13, int, stride_w, limit=MAX_STRIDE)
+    pad_left = Param(4, int, 0, limit=MAX_PAD)
+    pad_right = Param(15, int, pad_left, limit=MAX_PAD)
+    pad_top = Param(14, int, pad_left, limit=MAX_PAD)
+    pad_bottom = Param(16, int, pad_top, limit=MAX_PAD)
+    bias_term = Param(5, int, 0)
+    weight_data_size = Param(6, int, 0, limit=MAX_BLOB_ELEMENTS)
+    activation_type = Param(9, int, 0)
+    activation_params = Param(10, floats)
+    #: ncnn's plain types read no group (param 7); the DepthWise types declare it.
+    group = 1
+
+    gpu = True
+    weight = np.zeros(0, np.float32)
+    bias: np.ndarray | None = None
+
+    def validate(self) -> None:
+        validate_activation(self.activation_type, self.activation_params)
+        if self.num_output <= 0:
+            raise ValueError(f"param 0 num_output={self.num_output} must be > 0")
+        if self.kernel_w <= 0 or self.kernel_h <= 0:
+            raise ValueError(f"params 1/11 kernel {self.kernel_w}x{self.kernel_h} must be > 0")
+        if min(self.dilation_w, self.dilation_h, self.stride_w, self.stride_h) <= 0:
+            raise ValueError("params 2/12 dilation and 3/13 stride must be > 0")
+        if self.group <= 0 or self.num_output % self.group:
+            raise ValueError(f"param 7 group={self.group} must divide num_output")
+        check_pads(self.pads)
+        # every layout of the family holds num_output x (some channels) x kernel_h x kernel_w
+        per_channel = self.num_output * self.maxk
+        if self.weight_data_size <= 0 or self.weight_data_size % per_channel:
+            raise ValueError(
+                f"param 6 weight_data_size={self.weight_data_size} is not a positive multiple "
+                f"of num_output x kernel_w x kernel_h = {per_channel}"
+            )
+
+    @property
+    def pads(self) -> tuple[int, int, int, int]:
+        return self.pad_left, self.pad_right, self.pad_top, self.pad_bottom
+
+    @property
+    def maxk(self) -> int:
+        return self.kernel_w * self.kernel_h
+
+    @property
+    def kernel_extent(self) -> tuple[int, int]:
+        """(extent_h, extent_w): the span a dilated kernel covers."""
+        return (
+            self.dilation_h * (self.kernel_h - 1) + 1,
+            self.dilation_w * (self.kernel_w - 1) + 1,
+        )
+
+    def load_model(self, mb: ModelBin) -> None:
+        self.weight = np.asarray(mb.load(self.weight_data_size, 0), np.float32)
+        self.bias = np.asarray(mb.load(self.num_output, 1), np.float32) if self.bias_term else None
+
+    def _inch_g(self, channels: int) -> int:
+        """Input channels per group, checked against the weight size."""
+        if channels % self.group:
+            raise ValueError(f"{channels} input channels do not split into {self.group} groups")
+        inch_g = channels // self.group
+        if self.num_output * inch_g * self.maxk != self.weight_data_size:
+            raise ValueError(
+                f"weight_data_size {self.weight_data_size} does not match {channels} input "
+                f"channels (num_output {self.num_output}, group {self.group}, "
+                f"kernel {self.kernel_h}x{self.kernel_w})"
+            )
+        return inch_g
+
+    def _finish(self, out: np.ndarray) -> np.ndarray:
+        """Bias per output channel (axis 0), then the fused activation."""
+        if self.bias is not None:
+            out = out + self.bias.reshape((-1,) + (1,) * (out.ndim - 1))
+        return fused_activation(out, self.activation_type, self.activation_params)
+
+    # -- GPU -------------------------------------------------------------------------------
+
+    def gpu_specs(self) -> tuple[int | float, ...]:
+        """The specialization constants convolution.comp and deconvolution.comp share."""
+        act = gpu_activation(self.activation_type, self.activation_params)
+        return (
+            self.kernel_w,
+            self.kernel_h,
+            self.dilation_w,
+            self.dilation_h,
+            self.stride_w,
+            self.stride_h,
+            self.group,
+            self.bias_term,
+            act[0],
+            float(act[1]),
+            float(act[2]),
+        )
+
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        return len(input_shapes) == 1 and len(input_shapes[0]) == 3
+
+    def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
+        bias = self.bias if self.bias is not None else np.zeros(1, np.float32)
+        return {"weight": self.arrange(self.weight, target.info), "bias": bias}
+
+    def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
+        """The weights in the layout the shader reads."""
+        return weight
+
+
+@register_layer("Convolution")
+class Convolution(ConvParams):
+    """ncnn Convolution: params 0-6, 8-16, 18, 19; weights (out, in, kh, kw) then bias.
+
+    On CPU devices ungrouped convolutions run ``convolution_tiled.comp`` (8 channels x 4
+    columns per invocation, weights repacked for it); otherwise ``convolution.comp``, one output
+    per invocation."""
+
+    pad_value = Param(18, float, 0.0)
+    int8_scale_term = Param(8, int, 0)
+    dynamic_weight = Param(19, int, 0)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.int8_scale_term != 0:
+            raise ValueError("param 8 int8_scale_term: int8 quantized layers are not supported")
+        if self.dynamic_weight != 0:
+            raise ValueError("param 19 dynamic_weight: weights as inputs are not supported")
+
+    def padding(self, h: int, w: int) -> tuple[int, int, int, int]:
+        """(top, bottom, left, right) as ncnn's Convolution::make_padding."""
+        ext_h, ext_w = self.kernel_extent
+        if self.pad_left == SAME_UPPER or self.pad_left == SAME_LOWER:
+            wpad = ext_w + (w - 1) // self.stride_w * self.stride_w - w
+            hpad = ext_h + (h - 1) // self.stride_h * self.stride_h - h
+            if wpad <= 0 and hpad <= 0:
+                return 0, 0, 0, 0
+            return same_pads(hpad, wpad, self.pad_left == SAME_UPPER)
+        return self.pad_top, self.pad_bottom, self.pad_left, self.pad_right
+
+    def _is_innerproduct(self, shape: tuple[int, ...]) -> bool:
+        """ncnn's deprecated path: a 1-D blob through a 1x1 Convolution is an InnerProduct."""
+        return (
+            len(shape) == 1
+            and self.kernel_w == 1
+            and self.kernel_h == 1
+            and shape[0] == self.weight_data_size // self.num_output
+        )
+
+    def _out_hw(self, h: int, w: int) -> tuple[int, int, tuple[int, int, int, int]]:
+        top, bottom, left, right = self.padding(h, w)
+        ext_h, ext_w = self.kernel_extent
+        hb, wb = h + top + bottom, w + left + right
+        if hb < ext_h or wb < ext_w:
+            raise ValueError(f"input {h}x{w} (padded {hb}x{wb}) is smaller than the kernel")
+        outh = (hb - ext_h) // self.stride_h + 1
+        outw = (wb - ext_w) // self.stride_w + 1
+        return outh, outw, (top, bottom, left, right)
+
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        shape = tuple(input_shapes[0])
+        if self._is_innerproduct(shape):
+            return [(self.num_output,)]
+        c, h, w = chw_shape(shape)
+        self._inch_g(c)
+        outh, outw, _ = self._out_hw(h, w)
+        return [(self.num_output, outh, outw)]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x0 = np.asarray(inputs[0], np.float32)
+        if self._is_innerproduct(x0.shape):
+            wmat = self.weight.reshape(self.num_output, -1)
+            return [self._finish(wmat @ x0)]
+        x = as_chw(x0)
+        c, h, w = x.shape
+        inch_g = self._inch_g(c)
+        outh, outw, (top, bottom, left, right) = self._out_hw(h, w)
+        x = border(x, top, bottom, left, right, self.pad_value)
+        g = self.group
+        wgroups = self.weight.reshape(g, self.num_output // g, inch_g * self.maxk)
+        out = np.empty((self.num_output, outh, outw), np.float32)
+        # im2col copies every input pixel maxk times: bands of output rows bound that copy
+        rows = max(1, IM2COL_BUDGET // max(1, c * self.maxk * outw))
+        ext_h = self.kernel_extent[0]
+        for y0 in range(0, outh, rows):
+            band = min(rows, outh - y0)
+            first = y0 * self.stride_h
+            source = x[:, first : first + (band - 1) * self.stride_h + ext_h]
+            cols = im2col(
+                source, self.kernel_h, self.kernel_w, self.dilation_h, self.dilation_w,
+                self.stride_h, self.stride_w, band, outw,
+            )  # fmt: skip
+            grouped = cols.reshape(g, inch_g * self.maxk, band * outw)
+            out[:, y0 : y0 + band] = np.matmul(wgroups, grouped).reshape(-1, band, outw)
+        return [self._finish(out)]
+
+    # -- GPU -------------------------------------------------------------------------------
+
+    def _gpu_pads(self, w: int, h: int) -> tuple[int, int]:
+        """(left, top): ncnn's SAME split of the total padding (negative totals count as 0)."""
+        left, top = self.pad_left, self.pad_top
+        if left in (SAME_UPPER, SAME_LOWER):
+            left = _same_pad(w, self.kernel_w, self.dilation_w, self.stride_w, left)
+        if top in (SAME_UPPER, SAME_LOWER):
+            top = _same_pad(h, self.kernel_h, self.dilation_h, self.stride_h, top)
+        elif self.pad_left in (SAME_UPPER, SAME_LOWER):
+            top = _same_pad(h, self.kernel_h, self.dilation_h, self.stride_h, self.pad_left)
+        return left, top
+
+    def _tiled(self, info: GpuInfo) -> bool:
+        if self.group != 1 or TILED_SHADER == "never":
+            return False
+        return TILED_SHADER == "always" or info.is_cpu
+
+    def shader(self, info: GpuInfo) -> tuple[str, int, int]:
+        """The shader, and the output columns and channels one invocation computes."""
+        if self._tiled(info):
+            return ("convolution_tiled", _TILE_OX, _TILE_OC)
+        return ("convolution", 1, 1)
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        shader = self.shader(target.info)[0]
+        specs = (*self.gpu_specs(), self.pad_value)
+        if shader != "convolution":
+            specs = specs[:6] + specs[7:]  # only convolution.comp has the group constant (id 6)
+        return {"conv": PipelineSpec(shader, specs, _LOCAL_2D)}
+
+    def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
+        if not self._tiled(info):
+            return weight
+        out_c = self.num_output
+        in_c = weight.size // (out_c * self.maxk)
+        padded = -(-out_c // _TILE_OC) * _TILE_OC
+        packed = np.zeros((padded, in_c, self.maxk), np.float32)
+        packed[:out_c] = weight.reshape(out_c, in_c, self.maxk)
+        # [out_c / 8][in_c][maxk][8]: the 8 channels of one tap are two consecutive vec4
+        blocks = packed.reshape(padded // _TILE_OC, _TILE_OC, in_c, self.maxk)
+        return np.ascontiguousarray(blocks.transpose(0, 2, 3, 1)).reshape(-1)
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        c, h, w = inputs[0].shape
+        oc, oh, ow = outputs[0].shape
+        left, top = self._gpu_pads(w, h)
+        push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
+        _, cols, chans = self.shader(ctx.info)
+        groups = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
+        ctx.dispatch("conv", blobs_and_weights(ctx, inputs, outputs), push, groups)
+
+
+def _same_pad(size: int, kernel: int, dilation: int, stride: int, mode: int) -> int:
+    """The leading pad of ncnn's SAME_UPPER (-233) / SAME_LOWER (-234) split."""
+    extent = dilation * (kernel - 1) + 1
+    # ncnn: wpad = kernel_extent_w + (w - 1) / stride_w * stride_w - w
+    total = max(extent + (size - 1) // stride * stride - size, 0)
+    return total // 2 if mode == SAME_UPPER else total - total // 2
+
+
+@register_layer("ConvolutionDepthWise")
+class ConvolutionDepthWise(Convolution):
+    """ncnn ConvolutionDepthWise: Convolution plus 7 group (any group dividing both sides).
+
+    Pure depthwise layers (group == in_c == out_c) run ``convolutiondepthwise.comp``, which has
+    no group constant, so every channel count shares one pipeline; other groupings run
+    ``convolution.comp`` (or the tiled shader when group == 1)."""
+
+    group = Param(7, int, 1, limit=MAX_CHANNELS)
+
+    def shader(self, info: GpuInfo) -> tuple[str, int, int]:
+        one_input_per_group = self.weight_data_size == self.num_output * self.maxk
+        if self.group > 1 and self.num_output == self.group and one_input_per_group:
+            return ("convolutiondepthwise", 4, 1)
+        return super().shader(info)

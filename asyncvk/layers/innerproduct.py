@@ -1,0 +1,102 @@
+"""InnerProduct: a matrix-vector product (or a gemm over rows) in numpy, and
+``innerproduct.comp`` on the GPU for inputs it flattens."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._base import Layer, ModelBin, Shape
+from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS
+from ._registry import register_layer
+from ._schema import Param, floats
+from ._vulkan import (
+    GpuBlob,
+    GpuTarget,
+    PipelineSpec,
+    RecordContext,
+    blobs_and_weights,
+    pack_push,
+)
+from .convolution import gpu_activation
+from .cpu.activation import fused_activation, validate_activation
+
+
+@register_layer("InnerProduct")
+class InnerProduct(Layer):
+    """0 num_output, 1 bias_term, 2 weight_data_size, 8 int8 (rejected), 9/10 activation.
+
+    A dims-2 blob whose width is num_input is a batch of rows (gemm); anything else is
+    flattened whole and gives a 1-D blob.
+    """
+
+    num_output = Param(0, int, 0, limit=MAX_CHANNELS)
+    bias_term = Param(1, int, 0)
+    weight_data_size = Param(2, int, 0, limit=MAX_BLOB_ELEMENTS)
+    int8_scale_term = Param(8, int, 0)
+    activation_type = Param(9, int, 0)
+    activation_params = Param(10, floats)
+
+    gpu = True
+    weight = np.zeros((0, 0), np.float32)
+    bias: np.ndarray | None = None
+
+    def validate(self) -> None:
+        if self.int8_scale_term != 0:
+            raise ValueError("param 8 int8_scale_term: int8 quantized layers are not supported")
+        validate_activation(self.activation_type, self.activation_params)
+        if self.weight_data_size <= 0:
+            raise ValueError(f"param 2 weight_data_size={self.weight_data_size} must be > 0")
+        if self.num_output <= 0 or self.weight_data_size % self.num_output:
+            raise ValueError(
+                f"param 0 num_output={self.num_output} must be > 0 and divide "
+                f"param 2 weight_data_size={self.weight_data_size}"
+            )
+
+    @property
+    def num_input(self) -> int:
+        return self.weight_data_size // self.num_output
+
+    def load_model(self, mb: ModelBin) -> None:
+        w = np.asarray(mb.load(self.weight_data_size, 0), np.float32)
+        self.weight = w.reshape(self.num_output, self.num_input)
+        self.bias = np.asarray(mb.load(self.num_output, 1), np.float32) if self.bias_term else None
+
+    def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        shape = tuple(input_shapes[0])
+        if len(shape) == 2 and shape[1] == self.num_input:
+            return [(shape[0], self.num_output)]
+        if int(np.prod(shape)) != self.num_input:
+            raise ValueError(f"input {shape} does not flatten to num_input {self.num_input}")
+        return [(self.num_output,)]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(inputs[0], np.float32)
+        self.output_shapes([x.shape])
+        if x.ndim == 2 and x.shape[1] == self.num_input:
+            out = x @ self.weight.T
+            if self.bias is not None:
+                out = out + self.bias
+        else:
+            out = self.weight @ x.reshape(-1)
+            if self.bias is not None:
+                out = out + self.bias
+        return [fused_activation(out, self.activation_type, self.activation_params)]
+
+    # -- GPU -------------------------------------------------------------------------------
+
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        # ncnn applies InnerProduct per row for 2-D input; the GPU path flattens only.
+        return len(input_shapes) == 1 and len(input_shapes[0]) != 2
+
+    def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
+        bias = self.bias if self.bias is not None else np.zeros(1, np.float32)
+        return {"weight": self.weight, "bias": bias}
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        act = gpu_activation(self.activation_type, self.activation_params)
+        spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
+        return {"ip": PipelineSpec("innerproduct", spec, (64, 1, 1))}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        push = pack_push("2i", inputs[0].size, self.num_output)
+        ctx.dispatch("ip", blobs_and_weights(ctx, inputs, outputs), push, (self.num_output, 1, 1))
