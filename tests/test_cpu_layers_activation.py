@@ -10,7 +10,7 @@ from layer_checks import FakeModelBin, forward_checked
 
 from asyncvk.layers import layer_class
 from asyncvk.layers._paramdict import ParamDict
-from asyncvk.layers.cpu.activation import fused_activation
+from asyncvk.layers.activation import fused_activation
 from asyncvk.layers.cpu.misc import Input, MemoryData
 from asyncvk.layers.cpu.norm import BatchNorm
 

@@ -130,6 +130,19 @@ class Layer:
         return f"<{type(self).__name__} {self.name!r} {self.bottoms} -> {self.tops}>"
 
 
+class ShareInputOnGpu(Layer):
+    """A layer whose GPU outputs are its inputs' bytes (contiguous layouts make it free)."""
+
+    gpu = True
+    alias = True
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        return {}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        raise AssertionError("alias layers are never recorded")
+
+
 def _check_count(type_name: str, verb: str, kind: str, accepted: BlobCount, got: int) -> None:
     low, high = accepted
     if low <= got and (high is None or got <= high):

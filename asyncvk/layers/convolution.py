@@ -34,7 +34,7 @@ from ._vulkan import (
     blobs_and_weights,
     pack_push,
 )
-from .cpu.activation import fused_activation, validate_activation
+from .activation import fused_activation, validate_activation
 
 #: im2col columns made at once (elements): a large input is convolved in bands of rows.
 IM2COL_BUDGET = 1 << 24

@@ -17,8 +17,8 @@ from ._vulkan import (
     blobs_and_weights,
     pack_push,
 )
+from .activation import fused_activation, validate_activation
 from .convolution import gpu_activation
-from .cpu.activation import fused_activation, validate_activation
 
 
 @register_layer("InnerProduct")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._base import BlobCount, Layer, ModelBin
+from .._base import BlobCount, Layer, ModelBin, ShareInputOnGpu
 from .._limits import MAX_CHANNELS, MAX_EXTENT, MAX_PAD, MAX_STRIDE, check_params
 from .._paramdict import ParamDict
 from .._registry import register_layer
@@ -46,7 +46,7 @@ def _f32(x: np.ndarray) -> np.ndarray:
 
 
 @register_layer("Split")
-class Split(Layer):
+class Split(ShareInputOnGpu):
     """One input, copied to every top (ncnn shares the data; copies keep inputs untouched)."""
 
     one_blob_only = False
@@ -466,7 +466,7 @@ class Padding(Layer):
 
 
 @register_layer("Reshape")
-class Reshape(Layer):
+class Reshape(ShareInputOnGpu):
     """Reinterpret the data with a new shape: w (0), h (1), d (11), c (2); 0 copies the input
     dim, -1 infers it, -233 drops it (and every dim after it in c, d, h order)."""
 
@@ -551,7 +551,7 @@ class Reshape(Layer):
 
 
 @register_layer("Flatten")
-class Flatten(Layer):
+class Flatten(ShareInputOnGpu):
     """All data as one 1-D blob, in c, d, h, w order."""
 
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:

@@ -1,4 +1,5 @@
-"""Activation layers and ncnn's fused activation (fused_activation.h), vectorised in numpy.
+"""Activation layers and ncnn's fused activation (fused_activation.h), vectorised in numpy, and
+their GPU path: one ``unary.comp`` dispatch, the op picked by specialization constants.
 
 Everything runs in float32 with ncnn's comparison order, so NaN and clamping edge cases match
 the scalar C code (e.g. ReLU keeps NaN, the fused ReLU's ``fmaxf`` turns it into 0).
@@ -11,9 +12,18 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .._base import BlobCount, Layer
-from .._paramdict import ParamDict
-from .._registry import register_layer
+from ._base import BlobCount, Layer, ShareInputOnGpu
+from ._registry import register_layer
+from ._schema import Param
+from ._vulkan import (
+    GpuBlob,
+    GpuTarget,
+    PipelineSpec,
+    RecordContext,
+    groups_1d,
+    local_size_1d,
+    pack_push,
+)
 
 FLT_MAX = float(np.finfo(np.float32).max)
 _SIGMOID_CLAMP = np.float32(88.3762626647949)
@@ -94,17 +104,33 @@ class _Elementwise(Layer):
     def apply(self, x: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    # -- GPU -------------------------------------------------------------------------------
+
+    gpu = True
+
+    def gpu_op(self) -> tuple[int, float, float]:
+        """(op, a, b): unary.comp's specialization constants for this layer."""
+        raise NotImplementedError
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        op, a, b = self.gpu_op()
+        local = local_size_1d(target.info)
+        return {"unary": PipelineSpec("unary", (op, float(a), float(b)), local)}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        n = inputs[0].size
+        groups = groups_1d(n, local_size_1d(ctx.info))
+        ctx.dispatch("unary", [inputs[0], outputs[0]], pack_push("i", n), groups)
+
 
 @register_layer("ReLU")
 class ReLU(_Elementwise):
     """0 slope(0.f); leaky when slope != 0. Negative values only: NaN stays NaN."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.slope = 0.0
+    slope = Param(0, float, 0.0)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.slope = pd.get_float(0, 0.0)
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (1, self.slope, 0.0)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         if self.slope == 0.0:
@@ -116,14 +142,11 @@ class ReLU(_Elementwise):
 class Clip(_Elementwise):
     """0 min(-FLT_MAX), 1 max(FLT_MAX); min applied first, then max (ncnn's order)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.min = -FLT_MAX
-        self.max = FLT_MAX
+    min = Param(0, float, -FLT_MAX)
+    max = Param(1, float, FLT_MAX)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.min = pd.get_float(0, -FLT_MAX)
-        self.max = pd.get_float(1, FLT_MAX)
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (2, self.min, self.max)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         lo, hi = np.float32(self.min), np.float32(self.max)
@@ -135,6 +158,9 @@ class Clip(_Elementwise):
 class Sigmoid(_Elementwise):
     """No params."""
 
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (3, 0.0, 0.0)
+
     def apply(self, x: np.ndarray) -> np.ndarray:
         return sigmoid(x)
 
@@ -142,6 +168,9 @@ class Sigmoid(_Elementwise):
 @register_layer("TanH")
 class TanH(_Elementwise):
     """No params."""
+
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (4, 0.0, 0.0)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         return np.tanh(x)
@@ -151,6 +180,9 @@ class TanH(_Elementwise):
 class Swish(_Elementwise):
     """x / (1 + exp(-x)), no clamping (unlike Sigmoid)."""
 
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (5, 0.0, 0.0)
+
     def apply(self, x: np.ndarray) -> np.ndarray:
         return x / (np.float32(1) + np.exp(-x))
 
@@ -159,14 +191,11 @@ class Swish(_Elementwise):
 class HardSigmoid(_Elementwise):
     """0 alpha(0.2), 1 beta(0.5): 0 below lower, 1 above upper, else x * alpha + beta."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.alpha = 0.2
-        self.beta = 0.5
+    alpha = Param(0, float, 0.2)
+    beta = Param(1, float, 0.5)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.alpha = pd.get_float(0, 0.2)
-        self.beta = pd.get_float(1, 0.5)
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (6, self.alpha, self.beta)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         lower, upper = _hard_bounds(self.alpha, self.beta)
@@ -178,6 +207,9 @@ class HardSigmoid(_Elementwise):
 class HardSwish(HardSigmoid):
     """0 alpha(0.2), 1 beta(0.5) (pytorch's is 1/6, 0.5: set in the .param)."""
 
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (7, self.alpha, self.beta)
+
     def apply(self, x: np.ndarray) -> np.ndarray:
         return hardswish(x, self.alpha, self.beta)
 
@@ -185,6 +217,9 @@ class HardSwish(HardSigmoid):
 @register_layer("Mish")
 class Mish(_Elementwise):
     """x * tanh(softplus(x)) with ncnn's +-20 thresholds on softplus."""
+
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (8, 0.0, 0.0)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         t = np.float32(20)
@@ -196,12 +231,10 @@ class Mish(_Elementwise):
 class ELU(_Elementwise):
     """0 alpha(0.1): alpha * (exp(x) - 1) for x < 0."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.alpha = 0.1
+    alpha = Param(0, float, 0.1)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.alpha = pd.get_float(0, 0.1)
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (9, self.alpha, 0.0)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         return np.where(x < 0, np.float32(self.alpha) * (np.exp(x) - np.float32(1)), x)
@@ -214,12 +247,10 @@ _erfc = np.frompyfunc(math.erfc, 1, 1)
 class GELU(_Elementwise):
     """0 fast_gelu(0): the tanh approximation when set, else the exact erfc form."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.fast_gelu = 0
+    fast_gelu = Param(0, int, 0)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.fast_gelu = pd.get_int(0, 0)
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (11 if self.fast_gelu else 10, 0.0, 0.0)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         half = np.float32(0.5)
@@ -268,18 +299,24 @@ UNARY_OPS: dict[int, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+#: ncnn UnaryOp ids -> unary.comp ops (the GPU has 0..19; the others fail at load on a GPU).
+_GPU_UNARY_OPS = {**{k: 12 + k for k in range(16)}, 16: 4, 17: 28, 18: 29, 19: 30}
+
+
 @register_layer("UnaryOp")
 class UnaryOp(_Elementwise):
     """0 op_type(0): ids 0 abs .. 27 log1p as unaryop.h."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.op_type = 0
+    op_type = Param(0, int, 0)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.op_type = pd.get_int(0, 0)
+    def validate(self) -> None:
         if self.op_type not in UNARY_OPS:
             raise ValueError(f"param 0 op_type={self.op_type} is not supported (0..27)")
+
+    def gpu_op(self) -> tuple[int, float, float]:
+        if self.op_type not in _GPU_UNARY_OPS:
+            raise ValueError(f"UnaryOp type {self.op_type} is not supported")
+        return (_GPU_UNARY_OPS[self.op_type], 0.0, 0.0)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         return UNARY_OPS[self.op_type](x)
@@ -289,12 +326,13 @@ class UnaryOp(_Elementwise):
 class Dropout(_Elementwise):
     """0 scale(1.f): inference-time dropout is a multiply, or nothing at scale 1."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.scale = 1.0
+    scale = Param(0, float, 1.0)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.scale = pd.get_float(0, 1.0)
+    def validate(self) -> None:
+        self.alias = self.scale == 1.0  # nothing to compute: the output is the input
+
+    def gpu_op(self) -> tuple[int, float, float]:
+        return (31, self.scale, 0.0)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         if self.scale == 1.0:
@@ -303,7 +341,7 @@ class Dropout(_Elementwise):
 
 
 @register_layer("Noop")
-class Noop(Layer):
+class Noop(ShareInputOnGpu):
     """Passes input i to output i unchanged, as ncnn's in-place Noop does; it may have fewer
     outputs than inputs (yolo-fastestv2 ends with ``Noop output 2 1 794 796 output``), the
     extra inputs being dropped, but not more (ncnn would read past its inputs)."""
