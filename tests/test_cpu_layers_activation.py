@@ -12,7 +12,7 @@ from asyncvk.layers import layer_class
 from asyncvk.layers._paramdict import ParamDict
 from asyncvk.layers.activation import fused_activation
 from asyncvk.layers.cpu.misc import Input, MemoryData
-from asyncvk.layers.cpu.norm import BatchNorm
+from asyncvk.layers.normalization import BatchNorm
 
 RNG = np.random.default_rng(7767517)
 FLT_MAX = float(np.finfo(np.float32).max)
