@@ -9,9 +9,13 @@ import numpy as np
 import pytest
 from layer_checks import forward_checked
 
-from asyncvk.layers import Layer, layer_class
+from asyncvk.layers import (
+    Layer,
+    layer_class,
+    reduction,  # noqa: F401  (registers the layers)
+)
 from asyncvk.layers._paramdict import ParamDict
-from asyncvk.layers.cpu import binary, reduce  # noqa: F401  (registers the layers)
+from asyncvk.layers.cpu import binary  # noqa: F401
 
 RNG = np.random.default_rng(7767517)
 

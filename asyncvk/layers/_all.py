@@ -1,5 +1,13 @@
 """Import every layer module so each registers itself."""
 
-from . import activation, convolution, deconvolution, innerproduct, normalization, pooling  # noqa: F401
+from . import (  # noqa: F401
+    activation,
+    convolution,
+    deconvolution,
+    innerproduct,
+    normalization,
+    pooling,
+    reduction,
+)
 from .cpu import _all as _cpu_all  # noqa: F401
 from .vulkan import _all as _vk_all  # noqa: F401

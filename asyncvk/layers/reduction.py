@@ -1,4 +1,6 @@
-"""Reduction and Softmax, with ncnn's output shapes and its float32 formulas.
+"""Reduction and Softmax, with ncnn's output shapes and its float32 formulas; on the GPU the
+blob is viewed as (outer, len, inner) around the reduced axes, which must be contiguous (other
+axis sets run the numpy reference).
 
 Reduction keeps ncnn's quirks on purpose: LogSumExp is ``log(sum(exp(x)))`` without the max
 shift (so it overflows where ncnn does), MEAN multiplies by ``coeff / count``, L2 flushes a
@@ -10,11 +12,22 @@ through ``exp`` and the sum, which makes its whole run NaN.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .._base import Layer
-from .._paramdict import ParamDict
-from .._registry import register_layer
+from ._base import Layer
+from ._registry import register_layer
+from ._schema import Param, ints
+from ._vulkan import (
+    GpuBlob,
+    GpuTarget,
+    PipelineSpec,
+    RecordContext,
+    groups_1d,
+    local_size_1d,
+    pack_push,
+)
 
 _F32 = np.float32
 _FLT_MIN = np.finfo(np.float32).tiny
@@ -27,23 +40,19 @@ class Reduction(Layer):
     3 mean, 4 max, 5 min, 6 prod, 7 L1, 8 L2, 9 log-sum, 10 log-sum-exp; times ``coeff`` (2);
     ``keepdims`` (4)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.operation = 0
-        self.reduce_all = 1
-        self.coeff = 1.0
-        self.axes: tuple[int, ...] = ()
-        self.keepdims = 0
+    operation = Param(0, int, 0)
+    reduce_all = Param(1, int, 1)
+    coeff = Param(2, float, 1.0)
+    axes = Param(3, ints)
+    keepdims = Param(4, int, 0)
+    fixbug0 = Param(5, int, 0)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.operation = pd.get_int(0, 0)
-        self.reduce_all = pd.get_int(1, 1)
-        self.coeff = pd.get_float(2, 1.0)
-        self.axes = pd.get_ints(3, ())
-        self.keepdims = pd.get_int(4, 0)
+    gpu = True
+
+    def validate(self) -> None:
         if not 0 <= self.operation <= 10:
             raise ValueError(f"Reduction: param 0 operation={self.operation} unsupported")
-        if pd.get_int(5, 0) == 0 and self.axes:
+        if self.fixbug0 == 0 and self.axes:
             raise ValueError("Reduction: param 5 fixbug0=0 with axes: param too old, regenerate")
 
     def _reduced_axes(self, shape: Shape) -> tuple[int, ...]:
@@ -102,18 +111,54 @@ class Reduction(Layer):
                 r = r * coeff
         return [np.asarray(r, dtype=_F32).reshape(out_shape)]
 
+    # -- GPU -------------------------------------------------------------------------------
+
+    def _gpu_range(self, shape: Shape) -> tuple[int, int] | None:
+        """The first and last reduced axis, or None when they are not contiguous."""
+        dims = len(shape)
+        if self.reduce_all or not self.axes:
+            return (0, dims - 1)
+        axes = sorted({a % dims for a in self.axes})
+        if axes != list(range(axes[0], axes[-1] + 1)):
+            return None
+        return (axes[0], axes[-1])
+
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        return 0 <= self.operation <= 10 and self._gpu_range(input_shapes[0]) is not None
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        spec = (self.operation, float(self.coeff))
+        return {"reduce": PipelineSpec("reduction", spec, local_size_1d(target.info))}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        span = self._gpu_range(inputs[0].shape)
+        assert span is not None
+        _dispatch_split(ctx, "reduce", inputs[0], outputs[0], *span)
+
+
+def _dispatch_split(
+    ctx: RecordContext, key: str, x: GpuBlob, out: GpuBlob, first: int, last: int
+) -> None:
+    """One invocation per (outer, inner) pair around axes first..last (inclusive)."""
+    shape = x.shape
+    outer = math.prod(shape[:first])
+    n = math.prod(shape[first : last + 1])
+    inner = math.prod(shape[last + 1 :])
+    push = pack_push("3i", outer, n, inner)
+    ctx.dispatch(key, [x, out], push, groups_1d(outer * inner, local_size_1d(ctx.info)))
+
 
 @register_layer("Softmax")
 class Softmax(Layer):
     """``exp(x - max) / sum`` along ``axis`` (0); ``fixbug0`` (1) must be 1 when axis != 0."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.axis = 0
+    axis = Param(0, int, 0)
+    fixbug0 = Param(1, int, 0)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.axis = pd.get_int(0, 0)
-        if pd.get_int(1, 0) == 0 and self.axis != 0:
+    gpu = True
+
+    def validate(self) -> None:
+        if self.fixbug0 == 0 and self.axis != 0:
             raise ValueError("Softmax: param 1 fixbug0=0 with axis != 0: param too old")
 
     def _axis(self, dims: int) -> int:
@@ -136,3 +181,12 @@ class Softmax(Layer):
             e = np.exp(x - m)
             s = np.sum(e, axis=axis, keepdims=True, dtype=_F32)
             return [np.asarray(e / s, dtype=_F32)]
+
+    # -- GPU -------------------------------------------------------------------------------
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        return {"softmax": PipelineSpec("softmax", (), local_size_1d(target.info))}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        axis = self.axis % len(inputs[0].shape)
+        _dispatch_split(ctx, "softmax", inputs[0], outputs[0], axis, axis)
