@@ -26,6 +26,8 @@ import asyncio
 import io
 import json
 import logging
+import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -65,6 +67,8 @@ class ServerState:
         self.latency_sum = 0.0
         self.latency_count = 0
         self.disconnects = 0
+        #: The process's exit status when loading failed and the server shut itself down.
+        self.exit_code = 0
 
     def observe(self, seconds: float) -> None:
         self.latency_sum += seconds
@@ -335,11 +339,14 @@ def create_app(
     max_body: int = 64 << 20,
     warm_up: Mapping[str, tuple[int, ...]] | None = None,
     body_timeout: float = BODY_TIMEOUT,
+    exit_on_load_error: bool = False,
 ) -> web.Application:
     """The app: loads the model in the background once it starts; mount it anywhere.
 
     ``warm_up`` maps input names to shapes: one inference on zeros runs before ``/ready``.
     ``body_timeout`` is the seconds a request's whole body may take to arrive (else 408).
+    ``exit_on_load_error``: a model that fails to load shuts the process down (SIGTERM to
+    itself, exit status 1) so that a supervisor restarts it; else ``/ready`` reports the error.
     """
     if not body_timeout > 0:
         raise ValueError(f"body_timeout must be positive, got {body_timeout}")
@@ -352,6 +359,7 @@ def create_app(
 
     async def load() -> None:
         start = time.perf_counter()
+        log.info("loading %s and %s", param, model)
         try:
             await net.load_param(param)
             await net.load_model(model)
@@ -361,17 +369,23 @@ def create_app(
                 state.warm_up_seconds = time.perf_counter() - t0
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # reported on /ready, the server stays up
+        except Exception as exc:
             state.error = f"{type(exc).__name__}: {exc}"
             log.error("model failed to load: %s", state.error)
+            if exit_on_load_error:
+                state.exit_code = 1
+                log.error("shutting down (--stay-up-on-load-error keeps the server up instead)")
+                os.kill(os.getpid(), signal.SIGTERM)
             return
         state.load_seconds = time.perf_counter() - start
         state.ready = True
+        log.info("ready in %.2f s (%s)", state.load_seconds, _cache_summary(net))
 
     async def on_startup(app: web.Application) -> None:
         state.loading = asyncio.create_task(load())
 
     async def on_cleanup(app: web.Application) -> None:
+        log.info("shutting down")
         if state.loading is not None and not state.loading.done():
             state.loading.cancel()
             try:
@@ -379,6 +393,9 @@ def create_app(
             except asyncio.CancelledError:
                 pass
         await net.aclose()  # flushes the cache folder's save first
+        saved = (net.cache_status or {}).get("saved")
+        if saved:
+            log.info("pipeline cache saved to %s", saved)
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
@@ -386,6 +403,16 @@ def create_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/infer", infer)
     return app
+
+
+def _cache_summary(net: Net) -> str:
+    """How the load went for the pipeline cache, in words for the console."""
+    status = net.cache_status
+    if status is None:
+        return "no pipeline cache folder"
+    if status.get("loaded"):
+        return f"pipeline cache warm: {status.get('entries_used', 0)} SPIR-V entries used"
+    return f"pipeline cache cold: {status.get('reason', 'not loaded')}"
 
 
 class _MalformedHttpIsOneLine(logging.Filter):
@@ -415,16 +442,49 @@ def run_server(
     max_body: int = 64 << 20,
     warm_up: Mapping[str, tuple[int, ...]] | None = None,
     body_timeout: float = BODY_TIMEOUT,
-) -> None:
-    """Serve until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU."""
+    stay_up_on_load_error: bool = False,
+    access_log: bool = True,
+) -> int:
+    """Serve until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU.
+
+    Logs to stderr: loading, ready (with the load time and whether the cache was warm), the
+    cache save, shutdown and, with ``access_log``, one line per request (aiohttp's format).
+    Returns the exit status: 1 when the model failed to load (unless ``stay_up_on_load_error``).
+    """
+    _log_to_console()
     option = Option(cache_dir=cache_dir, graph_key=graph_key, vulkan_device=device)
     app = create_app(
-        param, model, option=option, max_body=max_body, warm_up=warm_up, body_timeout=body_timeout
+        param,
+        model,
+        option=option,
+        max_body=max_body,
+        warm_up=warm_up,
+        body_timeout=body_timeout,
+        exit_on_load_error=not stay_up_on_load_error,
     )
 
     def announce(*_: Any) -> None:
         print(f"serving on http://{host}:{port}", flush=True)
 
     logging.getLogger("aiohttp.server").addFilter(_MalformedHttpIsOneLine())
+    web.run_app(
+        app,
+        host=host,
+        port=port,
+        print=announce,
+        handle_signals=True,
+        access_log=logging.getLogger("aiohttp.access") if access_log else None,
+    )
+    return app[STATE_KEY].exit_code
 
-    web.run_app(app, host=host, port=port, print=announce, handle_signals=True)
+
+def _log_to_console() -> None:
+    """INFO lines on stderr for asyncvk and aiohttp's access log, unless logging is set up."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    for name in ("asyncvk", "aiohttp.access"):
+        logging.getLogger(name).setLevel(logging.INFO)

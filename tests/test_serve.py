@@ -295,7 +295,9 @@ async def test_warm_up_runs_before_ready(cache_dir: Path) -> None:
     [("nope=3,44,44", "warm-up input nope"), ("in0=3,2,2", "warm-up with")],
 )
 async def test_a_bad_warm_up_is_reported_on_ready(cache_dir: Path, spec: str, needle: str) -> None:
-    server = Server(cache_dir, "--warm-up", spec)
+    # --stay-up-on-load-error: /ready reports the failure (without it the process exits 1,
+    # tests/test_serve_console.py)
+    server = Server(cache_dir, "--warm-up", spec, "--stay-up-on-load-error")
     try:
         status, body = await _ready_status(server)
         assert status == 500
