@@ -2,6 +2,7 @@
 fast. Usage: python examples/basic.py [MODEL_DIR]"""
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -10,9 +11,15 @@ import numpy as np
 import asyncvk
 
 
+# the cache file lives in the user's cache folder, never beside the model (a source tree, or a
+# read-only image); asyncvk expands "~" and creates nothing but the file and its lock
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "asyncvk" / "basic-example.vkcache"
+
+
 async def main(model: Path) -> None:
     cache = asyncvk.PipelineCache()
-    print(cache.load_cache(model / "example.vkcache"))  # a miss the first time, never an error
+    CACHE.expanduser().parent.mkdir(parents=True, exist_ok=True)
+    print(cache.load_cache(CACHE))  # a miss the first time, never an error
     async with asyncvk.Net(asyncvk.Option(pipeline_cache=cache)) as net:
         await net.load_param(model / "model.param")
         await net.load_model(model / "model.bin")
@@ -20,7 +27,7 @@ async def main(model: Path) -> None:
         ex.input("in0", np.load(model / "input.npy"))
         out = await ex.extract("out0")
     print("output", out.shape, "top-5", np.argsort(out.ravel())[::-1][:5])
-    print(cache.save_cache(model / "example.vkcache"))
+    print(cache.save_cache(CACHE))
     cache.close()
 
 
