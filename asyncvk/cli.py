@@ -421,7 +421,10 @@ def _cmd_cache_ls(args: argparse.Namespace) -> int:
 
     from .cache._directory import CacheDirectory
 
-    directory = CacheDirectory(args.dir)
+    directory = CacheDirectory(args.dir, read_only=True)
+    if not directory.path.is_dir():
+        what = "a file" if directory.path.exists() else "no such folder"
+        raise FileNotFoundError(f"{args.dir} is not a cache folder ({what})")
     rows: list[dict[str, Any]] = []
     for key in directory.keys():
         for e in directory.entries(key):
@@ -577,7 +580,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="asyncvk", description=__doc__)
+    from ._version import __version__
+
+    parser = _Parser(
+        prog="asyncvk",
+        description="Load ncnn models and run them on any Vulkan GPU, with a pipeline cache "
+        "that makes cold starts fast. Every command takes --json; errors print one line and "
+        "exit non-zero (--debug shows the traceback).",
+    )
+    parser.add_argument("--version", action="version", version=f"asyncvk {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)
 

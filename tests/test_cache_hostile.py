@@ -315,3 +315,26 @@ async def test_serve_becomes_ready_over_a_tampered_index(tmp_path: Path) -> None
     finally:
         code, err = server.stop()
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_cache_ls_and_prune_refuse_what_is_not_a_folder(tmp_path: Path) -> None:
+    a_file = tmp_path / "some.vkcache"
+    a_file.write_bytes(b"")
+    for command in ("ls", "prune"):
+        for target in (tmp_path / "nothere", a_file):
+            proc = cli("cache", command, str(target))
+            assert proc.returncode == 1 and "is not a cache folder" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["some.vkcache"]
+
+
+def test_cache_ls_creates_nothing(tmp_path: Path) -> None:
+    CacheDirectory(tmp_path).store("m", IDENTITY, "fp", _data())
+    (tmp_path / "m.lock").unlink()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert cli("cache", "ls", str(tmp_path)).returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_version() -> None:
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("asyncvk ")

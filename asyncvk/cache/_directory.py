@@ -196,6 +196,9 @@ class CacheDirectory:
     @contextlib.contextmanager
     def _lock(self, stem: str, *, for_write: bool) -> Iterator[None]:
         """The key's lock; a reader in a folder it cannot write goes on without one."""
+        if self.read_only and not for_write:
+            yield  # creates nothing: readers of an atomically replaced index need no lock
+            return
         with contextlib.ExitStack() as stack:
             try:
                 stack.enter_context(locked(self.path / f"{stem}.lock", LOCK_TIMEOUT_S))
@@ -453,7 +456,7 @@ class CacheDirectory:
         """
         report = PruneReport()
         if not self.path.is_dir():
-            raise FileNotFoundError(errno.ENOENT, f"{self.path} is not a folder")
+            raise FileNotFoundError(f"{self.path} is not a cache folder")
         ours: set[str] = set()
         for graph_key in self.keys():
             stem = key_stem(graph_key)
