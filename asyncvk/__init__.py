@@ -1,59 +1,77 @@
-"""asyncvk: an asyncio runtime for Vulkan compute with a fast, persistent pipeline cache."""
+"""asyncvk: an asyncio runtime for Vulkan compute with a fast, persistent pipeline cache.
 
-from ._errors import (
-    AsyncVkError as AsyncVkError,
-)
-from ._errors import (
-    CacheMissError as CacheMissError,
-)
-from ._errors import (
-    DeviceLostError as DeviceLostError,
-)
-from ._errors import (
-    GpuTimeoutError as GpuTimeoutError,
-)
-from ._errors import (
-    InputError as InputError,
-)
-from ._errors import (
-    InputTooLargeError as InputTooLargeError,
-)
-from ._errors import (
-    ModelFormatError as ModelFormatError,
-)
-from ._errors import (
-    NoDeviceError as NoDeviceError,
-)
-from ._errors import (
-    OutOfDeviceMemoryError as OutOfDeviceMemoryError,
-)
-from ._errors import (
-    PipelineError as PipelineError,
-)
-from ._errors import (
-    ShaderCompileError as ShaderCompileError,
-)
-from ._errors import (
-    SpirvError as SpirvError,
-)
-from ._errors import (
-    VulkanError as VulkanError,
-)
+The public names are imported on first use (PEP 562), so ``import asyncvk`` and the command
+line's first lines cost no numpy, Vulkan or cache imports: the CLI opens the device on a thread
+while the rest is imported (see ``asyncvk.cli``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._errors import AsyncVkError as AsyncVkError
+from ._errors import CacheMissError as CacheMissError
+from ._errors import DeviceLostError as DeviceLostError
+from ._errors import GpuTimeoutError as GpuTimeoutError
+from ._errors import InputError as InputError
+from ._errors import InputTooLargeError as InputTooLargeError
+from ._errors import ModelFormatError as ModelFormatError
+from ._errors import NoDeviceError as NoDeviceError
+from ._errors import OutOfDeviceMemoryError as OutOfDeviceMemoryError
+from ._errors import PipelineError as PipelineError
+from ._errors import ShaderCompileError as ShaderCompileError
+from ._errors import SpirvError as SpirvError
+from ._errors import VulkanError as VulkanError
 from ._version import __version__ as __version__
-from .cache import BuildRecord as BuildRecord
-from .cache import CacheStatistics as CacheStatistics
-from .cache import PipelineCache as PipelineCache
-from .cache._file_format import CacheLoadResult as CacheLoadResult
-from .cache._persist import SaveResult as SaveResult
-from .gpu import GpuInfo as GpuInfo
-from .gpu import VulkanDevice as VulkanDevice
-from .gpu import get_gpu_count as get_gpu_count
-from .gpu import get_gpu_device as get_gpu_device
-from .gpu import get_gpu_info as get_gpu_info
-from .net._net import Extractor as Extractor
-from .net._net import Net as Net
-from .net._option import Option as Option
-from .shader import ShaderOptions as ShaderOptions
+
+if TYPE_CHECKING:
+    from .cache import BuildRecord as BuildRecord
+    from .cache import CacheStatistics as CacheStatistics
+    from .cache import PipelineCache as PipelineCache
+    from .cache._file_format import CacheLoadResult as CacheLoadResult
+    from .cache._persist import SaveResult as SaveResult
+    from .gpu import GpuInfo as GpuInfo
+    from .gpu import VulkanDevice as VulkanDevice
+    from .gpu import get_gpu_count as get_gpu_count
+    from .gpu import get_gpu_device as get_gpu_device
+    from .gpu import get_gpu_info as get_gpu_info
+    from .net._net import Extractor as Extractor
+    from .net._net import Net as Net
+    from .net._option import Option as Option
+    from .shader import ShaderOptions as ShaderOptions
+
+#: public name -> the module that defines it, imported when the name is first read
+_LAZY: dict[str, str] = {
+    "BuildRecord": ".cache",
+    "CacheStatistics": ".cache",
+    "PipelineCache": ".cache",
+    "CacheLoadResult": ".cache._file_format",
+    "SaveResult": ".cache._persist",
+    "GpuInfo": ".gpu",
+    "VulkanDevice": ".gpu",
+    "get_gpu_count": ".gpu",
+    "get_gpu_device": ".gpu",
+    "get_gpu_info": ".gpu",
+    "Extractor": ".net._net",
+    "Net": ".net._net",
+    "Option": ".net._option",
+    "ShaderOptions": ".shader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'asyncvk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # the next read is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = (
     "AsyncVkError",

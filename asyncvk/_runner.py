@@ -44,7 +44,11 @@ class OpenNet:
 
 
 async def open_net(config: RunConfig) -> OpenNet:
-    """Load param and model, with the cache file or folder loaded first when given."""
+    """Load param and model, with the cache file or folder loaded first when given.
+
+    The param file is parsed before the device is asked for: a device opening on another
+    thread (``asyncvk.cli`` starts one at its first line) has that long to finish.
+    """
     from .gpu import get_gpu_count, get_gpu_device
     from .shader import prepare_compiler
 
@@ -55,21 +59,27 @@ async def open_net(config: RunConfig) -> OpenNet:
     cache_file_exists = cache_file is not None and os.path.exists(cache_file)  # noqa: ASYNC240
     if not config.cpu and not cache_file_exists:
         prepare_compiler()  # cold: the compiler's set-up overlaps the driver's
-    use_gpu = not config.cpu and get_gpu_count() > 0
-    cache: PipelineCache | None = None
     opt = Option(
-        use_vulkan_compute=use_gpu,
+        use_vulkan_compute=False if config.cpu else None,
         vulkan_device=config.device,
         use_fp16_storage=config.fp16,
         use_fp16_arithmetic=False,
         use_shape_hints=config.shape_hints,
         num_compile_threads=config.compile_threads,
     )
+    net = Net(opt)
+    t0 = time.perf_counter()
+    await net.load_param(config.param)
+    report["load_param_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    use_gpu = not config.cpu and get_gpu_count() > 0
+    opt.use_vulkan_compute = use_gpu
+    cache: PipelineCache | None = None
     report["cache_loaded"] = False
     report["cache_reason"] = "no cache requested"
     if use_gpu:
         device = get_gpu_device(config.device)
-        report["gpu_setup_s"] = time.perf_counter() - start
+        report["gpu_setup_s"] = time.perf_counter() - t0  # what this thread waited for
         info = device.info
         report["device"] = {
             "name": info.device_name,
@@ -97,10 +107,6 @@ async def open_net(config: RunConfig) -> OpenNet:
             opt.graph_key = config.graph_key
     else:
         report["device"] = {"name": "cpu (numpy)", "driver": "", "type": "cpu"}
-    net = Net(opt)
-    t0 = time.perf_counter()
-    await net.load_param(config.param)
-    report["load_param_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     await net.load_model(config.model, progress=config.progress)
     report["load_model_s"] = time.perf_counter() - t0
@@ -136,17 +142,42 @@ def cache_counters(opened: OpenNet) -> dict[str, Any]:
     return out
 
 
-async def close_net(opened: OpenNet, *, save: bool = True) -> dict[str, Any]:
-    """Save the cache file when one was named, then release everything."""
+def built_nothing_new(cache: PipelineCache) -> bool:
+    """True when every pipeline came from what the loaded file held: no shader compiled, no
+    driver cache miss, nothing dropped. Saving would write the same file again."""
+    s = cache.statistics()
+    return (
+        cache.driver_blob_loaded
+        and s.spirv_compiles == 0
+        and s.driver_cache_misses == 0
+        and s.driver_cache_hits == s.pipelines_created
+        and s.spirv_rejected == 0
+        and s.driver_cache_resets == 0
+    )
+
+
+async def close_net(opened: OpenNet, *, save: bool = True, release: bool = True) -> dict[str, Any]:
+    """Save the cache file when one was named and something new was built, then release
+    everything; with ``release=False`` (a process about to exit) the saves still finish and
+    the rest is left to the OS."""
     report: dict[str, Any] = {}
     cache = opened.cache
+    t0 = time.perf_counter()
     if save and cache is not None and opened.config.cache_file and not opened.config.read_only:
-        result = await cache.save_cache_async(opened.config.cache_file)
-        report["cache_saved"] = bool(result)
-        report["cache_save_reason"] = result.reason
-    await opened.net.aclose()
-    if cache is not None:
-        await cache.aclose()
+        if opened.report.get("cache_loaded") and built_nothing_new(cache):
+            report["cache_saved"] = False
+            report["cache_save_reason"] = "nothing new since the file was loaded"
+        else:
+            result = await cache.save_cache_async(opened.config.cache_file)
+            report["cache_saved"] = bool(result)
+            report["cache_save_reason"] = result.reason
+    if not release:
+        await opened.net.flush_cache()  # the cache folder's save, if one is pending
+    report["cache_save_s"] = time.perf_counter() - t0
+    if release:
+        await opened.net.aclose()
+        if cache is not None:
+            await cache.aclose()
     return report
 
 

@@ -16,7 +16,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "asyncvk"
 #: Leaf modules every part may import: the error tree and the version string.
 SHARED = {"_errors", "_version"}
 #: The application modules on top (CLI, server, runner): they may import any part but _vk.
-APPLICATION = {"cli", "_server", "_runner", "__main__", "__init__", "_input_limits"}
+APPLICATION = {
+    "cli",
+    "_server",
+    "_runner",
+    "__main__",
+    "__init__",
+    "_input_limits",
+    "_process_clock",
+}
 ALLOWED: dict[str, set[str]] = {
     "_vk": set(),
     "shader": set(),
