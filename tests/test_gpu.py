@@ -164,30 +164,6 @@ async def test_fifty_concurrent_coroutines_get_their_own_results(device: VulkanD
         np.testing.assert_allclose(y, x * i + (i % 7) + 0.5, rtol=1e-6, atol=1e-6)
 
 
-def test_submission_does_not_block_the_event_loop(device: VulkanDevice) -> None:
-    """While a fence is awaited, other coroutines keep running."""
-    ticks = 0
-
-    async def ticker(stop: asyncio.Event) -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            ticks += 1
-            await asyncio.sleep(0)
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(ticker(stop))
-        x = np.ones(1 << 20, np.float32)
-        with PipelineCache(device) as cache:
-            for _ in range(3):
-                await _scale_add(cache, x, 2.0, 0, 0.0)
-        stop.set()
-        await task
-
-    asyncio.run(main())
-    assert ticks > 10
-
-
 def test_memory_stats_return_to_zero(device: VulkanDevice) -> None:
     before = device.allocator.stats()["used_bytes"]
     bufs = [device.allocate(1000 + i) for i in range(100)]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from asyncvk import CacheMissError, PipelineError
-from asyncvk.cache import PipelineCache, builtin_digest, spirv_digest
+from asyncvk.cache import PipelineCache, builtin_digest
 from asyncvk.gpu import CommandRecorder, PipelineArtifact, VulkanDevice, resolve_quirks
 from asyncvk.shader import ShaderOptions, compile_glsl
 
@@ -71,12 +71,6 @@ class TestDigest:
             new["local"],
             new["subgroup"],
             new["specs"],  # type: ignore[arg-type]
-        )
-
-    def test_raw_and_builtin_key_spaces_are_separate(self) -> None:
-        spirv = b"relu"
-        assert spirv_digest(spirv, (64, 1, 1), 0, ()) != builtin_digest(
-            "relu", 0, (64, 1, 1), 0, ()
         )
 
 
