@@ -10,7 +10,6 @@ import numpy as np
 
 import asyncvk
 
-
 # the cache file lives in the user's cache folder, never beside the model (a source tree, or a
 # read-only image); asyncvk expands "~" and creates nothing but the file and its lock
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "asyncvk" / "basic-example.vkcache"
