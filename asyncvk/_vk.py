@@ -66,13 +66,6 @@ def error_for(call_name: str, result: int) -> VulkanError:
     return VulkanError(call_name, result, name)
 
 
-def check(result: int, call_name: str) -> int:
-    """Raise unless ``result`` is VK_SUCCESS or a non-error status (>= 0)."""
-    if result < 0:
-        raise error_for(call_name, result)
-    return result
-
-
 _CODE_BY_EXCEPTION: dict[type[BaseException], int] = {
     exc_type: code for code, exc_type in vk.exception_codes.items()
 }
@@ -132,11 +125,6 @@ class SafeLibCalls:
 checked: Any = SafeLibCalls(_raw_lib, raw=True)
 #: The ``vulkan`` package's Python wrappers, exceptions translated.
 api: Any = SafeLibCalls(vk, raw=False)
-
-
-def call(fn: Callable[..., _T], *args: Any) -> _T:
-    """Deprecated: use :data:`api`. Calls a ``vulkan`` wrapper, translating its exceptions."""
-    return _translated(fn, getattr(fn, "__name__", "vulkan call"))(*args)
 
 
 def instance_proc(instance: Any, name: str) -> Any:
