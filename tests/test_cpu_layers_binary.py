@@ -11,11 +11,11 @@ from layer_checks import forward_checked
 
 from asyncvk.layers import (
     Layer,
+    binary,  # noqa: F401  (registers the layers)
     layer_class,
-    reduction,  # noqa: F401  (registers the layers)
+    reduction,  # noqa: F401
 )
 from asyncvk.layers._paramdict import ParamDict
-from asyncvk.layers.cpu import binary  # noqa: F401
 
 RNG = np.random.default_rng(7767517)
 

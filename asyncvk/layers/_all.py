@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     activation,
+    binary,
     convolution,
     deconvolution,
     innerproduct,

@@ -1,3 +1,3 @@
 """Import every GPU layer module so each registers itself."""
 
-from . import data_movement, elementwise  # noqa: F401
+from . import data_movement  # noqa: F401

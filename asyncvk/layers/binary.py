@@ -1,4 +1,5 @@
-"""BinaryOp and Eltwise: elementwise arithmetic on two or more blobs, as ncnn computes it.
+"""BinaryOp and Eltwise: elementwise arithmetic on two or more blobs, as ncnn computes it, and
+their GPU path on ``binary.comp``.
 
 BinaryOp follows ncnn's own broadcasting (BinaryOp::forward): the lower-rank blob is first
 reshaped to the higher rank by ncnn's fixed rules (a 1-D blob lines up with ``c`` when its
@@ -9,13 +10,27 @@ rule, so the expansion is spelled out here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .._base import BlobCount, Layer
-from .._paramdict import ParamDict
-from .._registry import register_layer
+from ._base import BlobCount, Layer
+from ._paramdict import ParamDict
+from ._registry import register_layer
+from ._schema import Param, floats
+from ._vulkan import (
+    GpuBlob,
+    GpuTarget,
+    PipelineSpec,
+    RecordContext,
+    Shape,
+    groups_1d,
+    local_size_1d,
+    pack_push,
+    shape4,
+)
 
 _F32 = np.float32
 
@@ -117,24 +132,72 @@ def binary_shapes(
     return a2, b2, tuple(out)
 
 
+@functools.lru_cache(maxsize=1024)
+def _strides_by_probe(
+    shapes: tuple[Shape, ...], out_shape: Shape
+) -> tuple[tuple[int, int, int, int], ...] | None:
+    """Element strides of each input over the output's (w, h, d, c), found by running the numpy
+    reference of an add on index arrays; None when the map is not affine (or too large).
+
+    Cached per process: the answer depends only on the shapes and BinaryOp's broadcasting
+    rules, and networks repeat shapes (RRDB's 161 binary layers have a handful).
+    """
+    if math.prod(out_shape) >= 1 << 24:
+        return None
+    probe = BinaryOp()
+    probe.load_param(ParamDict({0: 0}))  # op 0 = add, no scalar
+    result = []
+    for k, shape in enumerate(shapes):
+        arrays = [np.zeros(s, np.float32) for s in shapes]
+        arrays[k] = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+        index = np.asarray(probe.forward(arrays)[0], np.float64)
+        if tuple(index.shape) != tuple(out_shape):
+            return None
+        strides = _affine_strides(index.reshape(shape4(out_shape)[::-1]))  # (c, d, h, w)
+        if strides is None:
+            return None
+        result.append(strides)
+    return tuple(result)
+
+
+def _affine_strides(grid: np.ndarray) -> tuple[int, int, int, int] | None:
+    """(w, h, d, c) steps of a (c, d, h, w) index grid, or None when it is not affine from 0."""
+    strides = []
+    for axis in (3, 2, 1, 0):  # w, h, d, c
+        if grid.shape[axis] == 1:
+            strides.append(0)
+            continue
+        step = np.take(grid, 1, axis=axis) - np.take(grid, 0, axis=axis)
+        strides.append(int(step.flat[0]))
+    expect = sum(
+        np.arange(n).reshape([-1 if i == ax else 1 for i in range(4)]) * st
+        for ax, n, st in zip((3, 2, 1, 0), grid.shape[::-1], strides, strict=True)
+    )
+    if not np.array_equal(grid - grid.flat[0], expect) or grid.flat[0] != 0:
+        return None
+    return (strides[0], strides[1], strides[2], strides[3])
+
+
+def _contiguous(shape: Shape) -> tuple[int, int, int, int]:
+    w, h, d, _c = shape4(shape)
+    return (1, w, w * h, w * h * d)
+
+
 @register_layer("BinaryOp")
 class BinaryOp(Layer):
-    """Two-blob (or blob-and-scalar) elementwise op; ops 0..18 as ncnn's BinaryOp."""
+    """Two-blob (or blob-and-scalar) elementwise op; ops 0..18 as ncnn's BinaryOp:
+    0 op_type, 1 with_scalar, 2 b (the scalar)."""
+
+    op_type = Param(0, int, 0)
+    with_scalar = Param(1, int, 0)
+    b = Param(2, float, 0.0)
 
     one_blob_only = False
+    gpu = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.op_type = 0
-        self.with_scalar = 0
-        self.b = 0.0
-
-    def load_param(self, pd: ParamDict) -> None:
-        self.op_type = pd.get_int(0, 0)
+    def validate(self) -> None:
         if self.op_type not in _OPS:
             raise ValueError(f"BinaryOp: param 0 op_type={self.op_type} unsupported")
-        self.with_scalar = pd.get_int(1, 0)
-        self.b = pd.get_float(2, 0.0)
 
     def blob_counts(self) -> tuple[BlobCount, BlobCount]:
         """Two operands, or one and the scalar param 2 (with_scalar)."""
@@ -153,23 +216,52 @@ class BinaryOp(Layer):
             return [tuple(input_shapes[0])]
         return [binary_shapes(tuple(input_shapes[0]), tuple(input_shapes[1]))[2]]
 
+    # -- GPU -------------------------------------------------------------------------------
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        spec = (self.op_type, self.with_scalar, float(self.b), 1.0, 1.0)
+        return {"binary": PipelineSpec("binary", spec, local_size_1d(target.info))}
+
+    def _probe(self, shapes: list[Shape]) -> tuple[tuple[int, int, int, int], ...] | None:
+        out = tuple(self.output_shapes(shapes)[0])
+        return _strides_by_probe(tuple(map(tuple, shapes)), out)
+
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        return self.with_scalar == 1 or self._probe(list(input_shapes)) is not None
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        out = outputs[0]
+        if self.with_scalar:
+            strides: Sequence[tuple[int, int, int, int]] = [_contiguous(out.shape), (0, 0, 0, 0)]
+            b = inputs[0]
+        else:
+            probed = self._probe([i.shape for i in inputs])
+            assert probed is not None
+            strides = probed
+            b = inputs[1]
+        push = pack_push("12i", *shape4(out.shape), *strides[0], *strides[1])
+        groups = groups_1d(out.size, local_size_1d(ctx.info))
+        ctx.dispatch("binary", [inputs[0], b, out], push, groups)
+
+
+#: Eltwise op_type -> the binary.comp op that folds it pairwise: prod, sum, max.
+_ELTWISE_GPU_OPS = {0: 2, 1: 0, 2: 4}
+
 
 @register_layer("Eltwise")
 class Eltwise(Layer):
-    """N-input product (0), weighted sum (1) or max (2) of same-shaped blobs."""
+    """N-input product (0), weighted sum (1) or max (2) of same-shaped blobs:
+    0 op_type, 1 coeffs."""
+
+    op_type = Param(0, int, 0)
+    coeffs = Param(1, floats)
 
     one_blob_only = False
+    gpu = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.op_type = 0
-        self.coeffs: tuple[float, ...] = ()
-
-    def load_param(self, pd: ParamDict) -> None:
-        self.op_type = pd.get_int(0, 0)
+    def validate(self) -> None:
         if self.op_type not in (0, 1, 2):
             raise ValueError(f"Eltwise: param 0 op_type={self.op_type} unsupported")
-        self.coeffs = pd.get_floats(1, ())
 
     def blob_counts(self) -> tuple[BlobCount, BlobCount]:
         return (2, None), (1, 1)
@@ -208,3 +300,27 @@ class Eltwise(Layer):
         shapes = [tuple(s) for s in input_shapes]
         self._check(shapes)
         return [shapes[0]]
+
+    # -- GPU: the inputs folded pairwise with binary.comp ----------------------------------
+
+    def _coeff(self, i: int) -> float:
+        weighted = self.op_type == 1 and self.coeffs
+        return float(self.coeffs[i]) if weighted else 1.0
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        op, local = _ELTWISE_GPU_OPS[self.op_type], local_size_1d(target.info)
+        spec = (op, 0, 0.0, self._coeff(0), self._coeff(1))
+        specs = {"first": PipelineSpec("binary", spec, local)}
+        for i in range(2, max(len(self.bottoms), 2)):
+            specs[f"step{i}"] = PipelineSpec("binary", (op, 0, 0.0, 1.0, self._coeff(i)), local)
+        return specs
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        out = outputs[0]
+        flat = _contiguous(out.shape)
+        push = pack_push("12i", *shape4(out.shape), *flat, *flat)
+        groups = groups_1d(out.size, local_size_1d(ctx.info))
+        ctx.dispatch("first", [inputs[0], inputs[1], out], push, groups)
+        for i in range(2, len(inputs)):
+            ctx.barrier()
+            ctx.dispatch(f"step{i}", [out, inputs[i], out], push, groups)
