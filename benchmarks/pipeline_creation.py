@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from asyncvk.cache import PipelineCache
+from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.gpu import get_gpu_device, get_gpu_info
 from asyncvk.shader import ShaderRegistry
 
@@ -57,8 +57,8 @@ def write_shaders(directory: Path, count: int, salt: str) -> list[str]:
 
 async def build_all(cache: PipelineCache, names: list[str]) -> float:
     start = time.perf_counter()
-    await asyncio.gather(
-        *[cache.get_pipeline(n, specializations=(2.0,), local_size=(64, 1, 1)) for n in names]
+    await cache.get_many(
+        [PipelineSpec(n, specializations=(2.0,), local_size=(64, 1, 1)) for n in names]
     )
     return time.perf_counter() - start
 

@@ -7,8 +7,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from pipeline_requests import build_one, get_one
 
 from asyncvk import CacheMissError, PipelineCache
+from asyncvk.cache import PipelineSpec
 from asyncvk.gpu import VulkanDevice
 
 
@@ -19,7 +21,10 @@ async def test_autosave_saves_new_work_once_per_burst(device: VulkanDevice, tmp_
         await asyncio.sleep(0.5)
         assert saver.saves == 0 and not path.exists()  # nothing new: nothing written
         await asyncio.gather(
-            *[cache.get_pipeline("scale_add", specializations=(float(i), 0)) for i in range(10)]
+            *[
+                get_one(cache, PipelineSpec("scale_add", specializations=(float(i), 0)))
+                for i in range(10)
+            ]
         )
         await asyncio.sleep(0.7)
         # a burst of 10 builds coalesces into one save (two if a tick lands mid-burst)
@@ -27,7 +32,7 @@ async def test_autosave_saves_new_work_once_per_burst(device: VulkanDevice, tmp_
         assert 1 <= burst_saves <= 2 and path.exists()
         await asyncio.sleep(0.5)
         assert saver.saves == burst_saves  # nothing new since: nothing written
-        await cache.get_pipeline("unary", specializations=(3, 0.0, 0.0))
+        await get_one(cache, PipelineSpec("unary", specializations=(3, 0.0, 0.0)))
         result = await saver.aclose()  # flushes the pending change at once
         assert result and saver.saves == burst_saves + 1
     with PipelineCache(device) as fresh:
@@ -42,7 +47,7 @@ async def test_autosave_failure_is_reported_not_raised(
     blocked.write_text("x")
     with PipelineCache(device) as cache:
         saver = cache.autosave(blocked / "sub" / "x.vkcache", interval=0.1)
-        await cache.get_pipeline("scale_add", specializations=(1.0, 0))
+        await get_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
         result = await saver.aclose()
         assert result is not None and not result and "cannot write" in result.reason
 
@@ -50,14 +55,15 @@ async def test_autosave_failure_is_reported_not_raised(
 def test_read_only_and_must_hit_with_a_prebuilt_cache(device: VulkanDevice, tmp_path: Path) -> None:
     path = tmp_path / "prebuilt.vkcache"
     with PipelineCache(device) as builder:
-        builder.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+        build_one(builder, PipelineSpec("scale_add", specializations=(1.0, 0)))
         assert builder.save_cache(path)
     before = path.read_bytes()
     with PipelineCache(device, read_only=True, must_hit=True) as deployed:
         assert deployed.load_cache(path)
-        deployed.get_pipeline_sync("scale_add", specializations=(7.0, 3))  # served, no compile
+        served = PipelineSpec("scale_add", specializations=(7.0, 3))
+        build_one(deployed, served)  # served, no compile
         with pytest.raises(CacheMissError, match="unary"):
-            deployed.get_pipeline_sync("unary", specializations=(1, 0.0, 0.0))
+            build_one(deployed, PipelineSpec("unary", specializations=(1, 0.0, 0.0)))
         result = deployed.save_cache(path)
         assert not result and "read-only" in result.reason
     assert path.read_bytes() == before

@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import IDENTITY
+from pipeline_requests import build_one
 
 from asyncvk._version import __version__
-from asyncvk.cache import PipelineCache
+from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.cache import _file_format as ff
 from asyncvk.cache._file_format import (
     HEADER_FIELDS,
@@ -677,15 +678,17 @@ LIVE_SPECS = [(float(i), i) for i in range(4)]
 
 def _build(cache: PipelineCache) -> None:
     for spec in LIVE_SPECS:
-        cache.get_pipeline_sync("scale_add", specializations=spec, local_size=(32, 1, 1))
-    cache.get_pipeline_sync("unary", specializations=(3, 0.0, 0.0), local_size=(32, 1, 1))
+        build_one(cache, PipelineSpec("scale_add", specializations=spec, local_size=(32, 1, 1)))
+    build_one(cache, PipelineSpec("unary", specializations=(3, 0.0, 0.0), local_size=(32, 1, 1)))
 
 
 def _outputs(device: VulkanDevice, cache: PipelineCache) -> list[np.ndarray]:
     x = np.linspace(-3, 3, 257, dtype=np.float32)
     results = []
     for spec in LIVE_SPECS:
-        pipeline = cache.get_pipeline_sync("scale_add", specializations=spec, local_size=(32, 1, 1))
+        pipeline = build_one(
+            cache, PipelineSpec("scale_add", specializations=spec, local_size=(32, 1, 1))
+        )
         src = device.upload_sync(x)
         dst = device.allocate(x.nbytes)
         rec = CommandRecorder(device, one_time=True)
@@ -794,7 +797,7 @@ def test_a_damaged_real_file_is_a_miss_that_commits_nothing(
             except AssertionError as exc:
                 raise AssertionError(f"{case}: {exc}") from None
         # the cache still works: a miss, not a failure
-        assert cache.get_pipeline_sync("scale_add", specializations=(1.0, 0)).handle
+        assert build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0))).handle
 
 
 def test_a_directory_a_missing_path_and_a_sparse_file_are_misses(

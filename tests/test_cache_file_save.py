@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from conftest import IDENTITY, identity_source
 from conftest import OTHER_IDENTITY as OTHER
+from pipeline_requests import build_one
 
-from asyncvk.cache import PipelineCache, _atomic_file
+from asyncvk.cache import PipelineCache, PipelineSpec, _atomic_file
 from asyncvk.cache._atomic_file import (
     merge_contents,
     save_merged,
@@ -568,12 +569,13 @@ class TestMergeContents:
 
 CONCURRENT = """
 import sys
-from asyncvk.cache import PipelineCache
+from asyncvk.cache import PipelineCache, PipelineSpec
 shader = sys.argv[2]
 with PipelineCache() as cache:
     specs = {"scale_add": (1.0, 0), "unary": (1, 0.0, 0.0), "softmax": (), "padding": (0, 0.0),
              "gather": (), "scatter": (), "reduction": (0, 1.0), "binary": (0, 0, 0.0, 1.0, 1.0)}
-    cache.get_pipeline_sync(shader, specializations=specs[shader])
+    spec = PipelineSpec(shader, specializations=specs[shader])
+    cache.request_many([spec])[spec].result()
     result = cache.save_cache(sys.argv[1])
     assert result, result.reason
 """
@@ -606,10 +608,10 @@ def test_save_cache_on_a_full_disk_keeps_the_old_file_and_raises_nothing(
 ) -> None:
     path = tmp_path / "x.vkcache"
     with PipelineCache(device) as cache:
-        cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+        build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
         assert cache.save_cache(path)
         before = path.read_bytes()
-        cache.get_pipeline_sync("unary", specializations=(3, 0.0, 0.0))
+        build_one(cache, PipelineSpec("unary", specializations=(3, 0.0, 0.0)))
 
         def full(fd: int, data: object) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -625,9 +627,10 @@ def test_save_cache_on_a_full_disk_keeps_the_old_file_and_raises_nothing(
 SAVE_AS_NOBODY = """
 import os, sys
 import asyncvk.cache._persist
-from asyncvk.cache import PipelineCache
+from asyncvk.cache import PipelineCache, PipelineSpec
 with PipelineCache() as cache:
-    cache.get_pipeline_sync("scale_add", specializations=(2.0, 0))
+    spec = PipelineSpec("scale_add", specializations=(2.0, 0))
+    cache.request_many([spec])[spec].result()
     os.setgid(65534); os.setuid(65534)  # after every import: nobody cannot read root's Python
     result = cache.save_cache(sys.argv[1])
     print("ok" if result else "failed: " + result.reason)

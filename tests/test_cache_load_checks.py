@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 from conftest import IDENTITY
+from pipeline_requests import build_one
 
-from asyncvk.cache import PipelineCache, SpirvKey
+from asyncvk.cache import PipelineCache, PipelineSpec, SpirvKey
 from asyncvk.cache._directory import CacheDirectory
 from asyncvk.cache._file_format import CacheContents, decode_cache, describe_cache, encode_cache
 from asyncvk.gpu import DeviceIdentity, VulkanDevice
 
 
 def _build(cache: PipelineCache) -> None:
-    cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
-    cache.get_pipeline_sync("unary", specializations=(3, 0.0, 0.0))
+    build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
+    build_one(cache, PipelineSpec("unary", specializations=(3, 0.0, 0.0)))
 
 
 @pytest.fixture(scope="module")

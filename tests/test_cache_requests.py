@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from pipeline_requests import build_one, get_one, request_one
 
 from asyncvk import Net, Option
-from asyncvk.cache import PipelineCache
+from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.gpu import CommandRecorder, PipelineArtifact, VulkanDevice
 from asyncvk.shader import ShaderRegistry
 
@@ -27,11 +28,11 @@ VK_DRIVER_ID_MESA_LLVMPIPE = 13
 def _builtin(
     cache: PipelineCache, shader: str, specs: Sequence[float | int] = ()
 ) -> PipelineArtifact:
-    return cache.get_pipeline_sync(shader, specializations=specs, local_size=(64, 1, 1))
+    return build_one(cache, PipelineSpec(shader, specializations=specs, local_size=(64, 1, 1)))
 
 
 def _raw(cache: PipelineCache, spirv: bytes) -> PipelineArtifact:
-    return cache.request_spirv(spirv, local_size=(64, 1, 1)).result()
+    return request_one(cache, PipelineSpec("spirv", local_size=(64, 1, 1), spirv=spirv)).result()
 
 
 async def _concurrently(
@@ -39,7 +40,7 @@ async def _concurrently(
 ) -> list[PipelineArtifact]:
     return await asyncio.gather(
         *[
-            cache.get_pipeline(shader, specializations=specs, local_size=(64, 1, 1))
+            get_one(cache, PipelineSpec(shader, specializations=specs, local_size=(64, 1, 1)))
             for _ in range(n)
         ]
     )

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import numpy as np
+from pipeline_requests import get_one
 
-from asyncvk.cache import PipelineCache
+from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.gpu import (
     CommandRecorder,
     DeviceIdentity,
@@ -126,8 +127,8 @@ async def _scale_add(
     cache: PipelineCache, x: np.ndarray, alpha: float, offset: int, bias: float
 ) -> np.ndarray:
     device = cache.device
-    pipeline = await cache.get_pipeline(
-        "scale_add", specializations=(alpha, offset), local_size=(32, 1, 1)
+    pipeline = await get_one(
+        cache, PipelineSpec("scale_add", specializations=(alpha, offset), local_size=(32, 1, 1))
     )
     src = await device.upload(x)
     dst = device.allocate(x.nbytes)

@@ -6,9 +6,10 @@ import threading
 
 import numpy as np
 import pytest
+from pipeline_requests import build_one, get_one, request_one
 
 from asyncvk import CacheMissError, PipelineError
-from asyncvk.cache import PipelineCache, builtin_digest
+from asyncvk.cache import PipelineCache, PipelineSpec, builtin_digest
 from asyncvk.gpu import CommandRecorder, PipelineArtifact, VulkanDevice, resolve_quirks
 from asyncvk.shader import ShaderOptions, compile_glsl
 
@@ -78,8 +79,11 @@ async def test_thousand_requests_over_fifty_keys(device: VulkanDevice) -> None:
     with PipelineCache(device) as cache:
         pipelines = await asyncio.gather(
             *[
-                cache.get_pipeline(
-                    "scale_add", specializations=(float(i % 50), 0), local_size=(32, 1, 1)
+                get_one(
+                    cache,
+                    PipelineSpec(
+                        "scale_add", specializations=(float(i % 50), 0), local_size=(32, 1, 1)
+                    ),
                 )
                 for i in range(1000)
             ]
@@ -93,18 +97,25 @@ async def test_thousand_requests_over_fifty_keys(device: VulkanDevice) -> None:
         for i in (0, 7, 49, 999):
             np.testing.assert_allclose(_run(device, pipelines[i], x, 1.0), x * (i % 50) + 1.0)
         # Later requests are live hits; an fp16 variant is a second SPIR-V compile.
-        await cache.get_pipeline("scale_add", specializations=(3.0, 0), local_size=(32, 1, 1))
+        await get_one(
+            cache, PipelineSpec("scale_add", specializations=(3.0, 0), local_size=(32, 1, 1))
+        )
         assert cache.statistics().live_hits >= 1
-        await cache.get_pipeline(
-            "scale_add",
-            specializations=(3.0, 0),
-            local_size=(32, 1, 1),
-            options=ShaderOptions(use_fp16_storage=True),
+        await get_one(
+            cache,
+            PipelineSpec(
+                "scale_add",
+                specializations=(3.0, 0),
+                local_size=(32, 1, 1),
+                options=ShaderOptions(use_fp16_storage=True),
+            ),
         )
         expected = 2 if device.info.support_fp16_storage else 1
         assert cache.statistics().spirv_compiles == expected
         # Another local size reuses the SPIR-V.
-        await cache.get_pipeline("scale_add", specializations=(3.0, 0), local_size=(64, 1, 1))
+        await get_one(
+            cache, PipelineSpec("scale_add", specializations=(3.0, 0), local_size=(64, 1, 1))
+        )
         assert cache.statistics().spirv_compiles == expected
 
 
@@ -124,7 +135,8 @@ async def test_failure_reaches_every_waiter_and_is_not_cached(device: VulkanDevi
     try:
         with PipelineCache(device) as cache:
             futures = [
-                cache.request_builtin("scale_add", specializations=(9.0, 1)) for _ in range(20)
+                request_one(cache, PipelineSpec("scale_add", specializations=(9.0, 1)))
+                for _ in range(20)
             ]
             assert len({id(f) for f in futures}) == 1  # one shared build
             gate.set()
@@ -134,7 +146,7 @@ async def test_failure_reaches_every_waiter_and_is_not_cached(device: VulkanDevi
             assert all(isinstance(r, RuntimeError) for r in results)
             assert cache.statistics().entries == 0
             assert cache.statistics().inflight_joins == 19
-            retry = await cache.get_pipeline("scale_add", specializations=(9.0, 1))
+            retry = await get_one(cache, PipelineSpec("scale_add", specializations=(9.0, 1)))
             x = np.ones(64, np.float32)
             np.testing.assert_allclose(_run(device, retry, x, 0.0), x * 9 + 1)
     finally:
@@ -147,7 +159,9 @@ async def test_cancelling_one_waiter_leaves_the_others_served(device: VulkanDevi
     try:
         with PipelineCache(device) as cache:
             waiters = [
-                asyncio.create_task(cache.get_pipeline("scale_add", specializations=(5.0, 0)))
+                asyncio.create_task(
+                    get_one(cache, PipelineSpec("scale_add", specializations=(5.0, 0)))
+                )
                 for _ in range(3)
             ]
             await asyncio.sleep(0.05)
@@ -181,7 +195,7 @@ def test_serialise_quirk_means_no_overlapping_creation() -> None:
             async def build() -> None:
                 await asyncio.gather(
                     *[
-                        cache.get_pipeline("scale_add", specializations=(float(i), i))
+                        get_one(cache, PipelineSpec("scale_add", specializations=(float(i), i)))
                         for i in range(40)
                     ]
                 )
@@ -215,7 +229,8 @@ def test_without_the_quirk_creation_overlaps(device: VulkanDevice) -> None:
     try:
         with PipelineCache(device, max_workers=4) as cache:
             futures = [
-                cache.request_builtin("scale_add", specializations=(float(i), 77)) for i in range(2)
+                request_one(cache, PipelineSpec("scale_add", specializations=(float(i), 77)))
+                for i in range(2)
             ]
             for f in futures:
                 f.result(timeout=30)
@@ -235,8 +250,8 @@ def test_broken_cache_quirk_skips_reuse_and_the_vk_cache() -> None:
     try:
         with PipelineCache(forced) as cache:
             assert cache.vk_cache is None
-            a = cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
-            b = cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+            a = build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
+            b = build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
             assert a is not b
             assert cache.statistics().pipelines_created == 2
             assert cache.driver_blob() == b""
@@ -251,7 +266,7 @@ def test_sync_calls_from_plain_threads(device: VulkanDevice) -> None:
         lock = threading.Lock()
 
         def worker(i: int) -> None:
-            p = cache.get_pipeline_sync("scale_add", specializations=(float(i % 3), 0))
+            p = build_one(cache, PipelineSpec("scale_add", specializations=(float(i % 3), 0)))
             with lock:
                 results.append(p)
 
@@ -266,21 +281,27 @@ def test_sync_calls_from_plain_threads(device: VulkanDevice) -> None:
 def test_specialization_count_mismatch_is_an_error(device: VulkanDevice) -> None:
     with PipelineCache(device) as cache:
         with pytest.raises(PipelineError, match="declares 2 specialization constants"):
-            cache.get_pipeline_sync("scale_add", specializations=(1.0,))
+            build_one(cache, PipelineSpec("scale_add", specializations=(1.0,)))
         assert cache.statistics().entries == 0
 
 
 def test_unknown_shader_name_fails_in_the_caller(device: VulkanDevice) -> None:
     with PipelineCache(device) as cache, pytest.raises(KeyError, match="no_such_shader"):
-        cache.request_builtin("no_such_shader")
+        request_one(cache, PipelineSpec("no_such_shader"))
 
 
 async def test_raw_spirv_pipelines(device: VulkanDevice) -> None:
     spirv = compile_glsl(RAW)
     with PipelineCache(device) as cache:
         a, b = await asyncio.gather(
-            cache.get_pipeline_spirv(spirv, specializations=(2.0,), local_size=(16, 1, 1)),
-            cache.get_pipeline_spirv(spirv, specializations=(2.0,), local_size=(16, 1, 1)),
+            get_one(
+                cache,
+                PipelineSpec("spirv", specializations=(2.0,), local_size=(16, 1, 1), spirv=spirv),
+            ),
+            get_one(
+                cache,
+                PipelineSpec("spirv", specializations=(2.0,), local_size=(16, 1, 1), spirv=spirv),
+            ),
         )
         assert a is b
         assert cache.statistics().spirv_compiles == 0
@@ -291,11 +312,11 @@ def test_clear_and_close_leave_no_live_handle(device: VulkanDevice) -> None:
     before = device.live_handles().get("pipeline", 0)
     cache = PipelineCache(device)
     for i in range(5):
-        cache.get_pipeline_sync("scale_add", specializations=(float(i), 0))
+        build_one(cache, PipelineSpec("scale_add", specializations=(float(i), 0)))
     assert device.live_handles()["pipeline"] == before + 5
     cache.clear()
     assert device.live_handles().get("pipeline", 0) == before
-    cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+    build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
     cache.close()
     cache.close()
     assert device.live_handles().get("pipeline", 0) == before
@@ -305,13 +326,13 @@ def test_clear_and_close_leave_no_live_handle(device: VulkanDevice) -> None:
 def test_must_hit_refuses_a_cold_compile(device: VulkanDevice) -> None:
     with PipelineCache(device, must_hit=True) as cache:
         with pytest.raises(CacheMissError, match="scale_add"):
-            cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+            build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
 
 
 def test_repr_and_statistics(device: VulkanDevice) -> None:
     with PipelineCache(device) as cache:
-        cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
-        cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+        build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
+        build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
         assert repr(cache) == (
             "<PipelineCache [entries: 1, in-flight: 0 | hits: 1, created: 1, spirv compiled: 1]>"
         )
@@ -321,11 +342,11 @@ async def test_build_log_records_each_build_once_in_order(device: VulkanDevice) 
     spirv = compile_glsl(RAW)
     with PipelineCache(device) as cache:
         await asyncio.gather(
-            cache.get_pipeline("scale_add", specializations=(1.0, 0)),
-            cache.get_pipeline("scale_add", specializations=(1.0, 0)),
-            cache.get_pipeline("scale_add", specializations=(2.0, 0)),
+            get_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0))),
+            get_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0))),
+            get_one(cache, PipelineSpec("scale_add", specializations=(2.0, 0))),
         )
-        await cache.get_pipeline_spirv(spirv, specializations=(2.0,))
+        await get_one(cache, PipelineSpec("spirv", specializations=(2.0,), spirv=spirv))
         log = cache.build_log()
     assert [r.name for r in log] == ["scale_add", "scale_add", "spirv"]
     for r in log:

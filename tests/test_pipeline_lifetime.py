@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pipeline_requests import build_one
 from test_net import PARAM, WEIGHTS, reference
 
 from asyncvk import Net, Option, PipelineCache
+from asyncvk.cache import PipelineSpec
 from asyncvk.gpu import VulkanDevice
 
 
@@ -19,7 +21,7 @@ def test_a_held_pipeline_survives_the_cache_and_goes_with_its_last_user(
 ) -> None:
     before = _pipelines(device)
     with PipelineCache(device) as cache:
-        pipeline = cache.get_pipeline_sync("scale_add", specializations=(1.0, 0))
+        pipeline = build_one(cache, PipelineSpec("scale_add", specializations=(1.0, 0)))
         assert pipeline.acquire() is pipeline
         cache.clear()
         assert not pipeline.destroyed and _pipelines(device) == before + 1
@@ -29,7 +31,7 @@ def test_a_held_pipeline_survives_the_cache_and_goes_with_its_last_user(
         assert pipeline.destroyed and _pipelines(device) == before
         with pytest.raises(RuntimeError, match="destroyed"):
             pipeline.acquire()
-        unheld = cache.get_pipeline_sync("scale_add", specializations=(2.0, 0))
+        unheld = build_one(cache, PipelineSpec("scale_add", specializations=(2.0, 0)))
         cache.clear()
         assert unheld.destroyed  # nobody else held it: as before, clear() destroys it
     assert _pipelines(device) == before

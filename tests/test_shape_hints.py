@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_runner import cli
+from pipeline_requests import build_one, request_one
 
-from asyncvk.cache import PipelineCache
+from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.cache._digest import builtin_digest
 from asyncvk.gpu import VulkanDevice
 from asyncvk.net._net import Net
@@ -138,9 +139,9 @@ def test_baked_pipeline_takes_push_bytes_as_constants(device: VulkanDevice) -> N
     push = np.array([5], np.int32).tobytes()
     with PipelineCache(device) as cache:
         specs = dict(specializations=(0, 0.0, 0.0), local_size=(64, 1, 1))
-        a = cache.get_pipeline_sync("unary", **specs)  # type: ignore[arg-type]
-        b = cache.request_builtin("unary@shapes", baked_push=push, **specs).result()  # type: ignore[arg-type]
-        c = cache.request_builtin("unary@shapes", baked_push=push, **specs).result()  # type: ignore[arg-type]
+        a = build_one(cache, PipelineSpec("unary", **specs))  # type: ignore[arg-type]
+        b = request_one(cache, PipelineSpec("unary@shapes", baked_push=push, **specs)).result()  # type: ignore[arg-type]
+        c = request_one(cache, PipelineSpec("unary@shapes", baked_push=push, **specs)).result()  # type: ignore[arg-type]
         assert a.push_constant_size == 4 and b.push_constant_size == 0
         assert b is c and cache.statistics().pipelines_created == 2
 

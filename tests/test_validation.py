@@ -27,6 +27,7 @@ if "VK_LAYER_KHRONOS_validation" not in {{
     sys.exit(0)
 import asyncio, numpy as np
 from asyncvk import Net, Option, PipelineCache
+from asyncvk.cache import PipelineSpec
 from asyncvk.gpu import VulkanDevice, validation_messages
 from asyncvk.gpu._instance import instance
 try:
@@ -41,7 +42,8 @@ assert instance().validation and instance().messenger is not None, "layer not en
 device = VulkanDevice(0)
 cache = PipelineCache(device)
 for i in range(4):
-    cache.get_pipeline_sync("scale_add", specializations=(float(i), 0))
+    spec = PipelineSpec("scale_add", specializations=(float(i), 0))
+    cache.request_many([spec])[spec].result()
 cache.clear()
 
 async def run():

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -34,7 +34,7 @@ from typing import Any, TypeVar, overload
 from .._errors import CacheMissError, PipelineError, SpirvError, VulkanError
 from ..gpu._device import VulkanDevice, get_gpu_device
 from ..gpu._driver_cache import DriverPipelineCache, blob_holds_pipelines
-from ..gpu._pipeline import PipelineArtifact, SpecValue, create_pipeline
+from ..gpu._pipeline import PipelineArtifact, create_pipeline
 from ..shader._compiler import TargetEnv, compile_glsl
 from ..shader._interface import declared_interface, interface_mismatch
 from ..shader._options import (
@@ -496,24 +496,6 @@ class PipelineCache:
 
         return self._request(digest, build)
 
-    # -- the old entry points: thin wrappers over request_many -----------------------------
-
-    def request_builtin(
-        self,
-        shader: str,
-        *,
-        options: ShaderOptions = ShaderOptions(),  # noqa: B008 - frozen, so sharing is safe
-        specializations: Sequence[SpecValue] = (),
-        local_size: tuple[int, int, int] = (64, 1, 1),
-        subgroup_size: int = 0,
-        baked_push: bytes | None = None,
-    ) -> Future[PipelineArtifact]:
-        """Deprecated: ``request_many([PipelineSpec(...)])``."""
-        spec = PipelineSpec(
-            shader, tuple(specializations), local_size, options, subgroup_size, baked_push
-        )
-        return self.request_many([spec])[spec]
-
     def _create_or_rebuild(
         self,
         shader: str,
@@ -569,66 +551,6 @@ class PipelineCache:
             self._stats["driver_cache_resets"] += 1
             self.generation += 1  # a save now writes the driver's new blob over the bad one
         log.warning("dropped the loaded driver pipeline cache: %s", reason)
-
-    def request_spirv(
-        self,
-        spirv: bytes,
-        *,
-        specializations: Sequence[SpecValue] = (),
-        local_size: tuple[int, int, int] = (64, 1, 1),
-        subgroup_size: int = 0,
-        name: str = "spirv",
-    ) -> Future[PipelineArtifact]:
-        """Deprecated: ``request_many([PipelineSpec(name, ..., spirv=spirv)])``."""
-        spec = PipelineSpec(
-            name, tuple(specializations), local_size, subgroup_size=subgroup_size, spirv=spirv
-        )
-        return self.request_many([spec])[spec]
-
-    async def get_pipeline(
-        self,
-        shader: str,
-        *,
-        options: ShaderOptions = ShaderOptions(),  # noqa: B008
-        specializations: Sequence[SpecValue] = (),
-        local_size: tuple[int, int, int] = (64, 1, 1),
-        subgroup_size: int = 0,
-    ) -> PipelineArtifact:
-        """Deprecated: ``await get_many([PipelineSpec(...)])``."""
-        spec = PipelineSpec(shader, tuple(specializations), local_size, options, subgroup_size)
-        return (await self.get_many([spec]))[spec]
-
-    async def get_pipeline_spirv(
-        self,
-        spirv: bytes,
-        *,
-        specializations: Sequence[SpecValue] = (),
-        local_size: tuple[int, int, int] = (64, 1, 1),
-        subgroup_size: int = 0,
-    ) -> PipelineArtifact:
-        """Deprecated: ``await get_many([PipelineSpec(..., spirv=spirv)])``."""
-        spec = PipelineSpec(
-            "spirv", tuple(specializations), local_size, subgroup_size=subgroup_size, spirv=spirv
-        )
-        return (await self.get_many([spec]))[spec]
-
-    def get_pipeline_sync(
-        self,
-        shader: str,
-        *,
-        options: ShaderOptions = ShaderOptions(),  # noqa: B008
-        specializations: Sequence[SpecValue] = (),
-        local_size: tuple[int, int, int] = (64, 1, 1),
-        subgroup_size: int = 0,
-    ) -> PipelineArtifact:
-        """Deprecated: ``request_many([spec])[spec].result()`` (callers without a loop)."""
-        return self.request_builtin(
-            shader,
-            options=options,
-            specializations=specializations,
-            local_size=local_size,
-            subgroup_size=subgroup_size,
-        ).result()
 
     # -- SPIR-V entries for the file layer ----------------------------------------------------
 
