@@ -3,12 +3,14 @@
 from . import (  # noqa: F401
     activation,
     binary,
+    borders,
     convolution,
+    data_movement,
     deconvolution,
     innerproduct,
     normalization,
     pooling,
     reduction,
+    resample,
 )
 from .cpu import _all as _cpu_all  # noqa: F401
-from .vulkan import _all as _vk_all  # noqa: F401

@@ -1,3 +1,3 @@
 """Import every CPU layer module so each registers itself."""
 
-from . import misc, resample, shape  # noqa: F401
+from . import misc, shape  # noqa: F401

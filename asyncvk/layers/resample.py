@@ -1,4 +1,5 @@
-"""Interp: nearest, bilinear and bicubic resize with ncnn's exact coordinate math.
+"""Interp: nearest, bilinear and bicubic resize with ncnn's exact coordinate math, and its GPU
+path on ``interp.comp`` (3-D blobs, fixed target size).
 
 The coefficient tables (``linear_coeffs``, ``cubic_coeffs``) and the nearest-neighbour
 ``ws``/``hs`` rule are reproduced step by step in float32 from src/layer/interp.cpp, since
@@ -11,14 +12,13 @@ import math
 
 import numpy as np
 
-from .._base import BlobCount, Layer
-from .._limits import MAX_EXTENT, check_params
-from .._paramdict import ParamDict
-from .._registry import register_layer
-from .shape import mat_whdc
+from ._base import BlobCount, Layer
+from ._limits import MAX_EXTENT
+from ._registry import register_layer
+from ._schema import Param
+from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext, Shape, pack_push, shape4
 
 _F32 = np.float32
-Shape = tuple[int, ...]
 
 
 def _source_coords(w: int, outw: int, align_corner: int) -> np.ndarray:
@@ -142,45 +142,36 @@ class Interp(Layer):
     sizes (3 h, 4 w); ``dynamic_target_size`` (5) takes the size from a second blob;
     ``align_corner`` (6)."""
 
+    resize_type = Param(0, int, 0)
+    height_scale = Param(1, float, 1.0)
+    width_scale = Param(2, float, 1.0)
+    output_height = Param(3, int, 0, limit=MAX_EXTENT)
+    output_width = Param(4, int, 0, limit=MAX_EXTENT)
+    dynamic_target_size = Param(5, int, 0)
+    align_corner = Param(6, int, 0)
+    size_expr = Param(9, str)
+
     one_blob_only = False
+    gpu = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.resize_type = 0
-        self.height_scale = 1.0
-        self.width_scale = 1.0
-        self.output_height = 0
-        self.output_width = 0
-        self.dynamic_target_size = 0
-        self.align_corner = 0
-
-    def load_param(self, pd: ParamDict) -> None:
-        self.resize_type = pd.get_int(0, 0)
-        self.height_scale = pd.get_float(1, 1.0)
-        self.width_scale = pd.get_float(2, 1.0)
-        self.output_height = pd.get_int(3, 0)
-        self.output_width = pd.get_int(4, 0)
-        self.dynamic_target_size = pd.get_int(5, 0)
-        self.align_corner = pd.get_int(6, 0)
+    def validate(self) -> None:
         if self.resize_type not in (1, 2, 3):
             raise ValueError(f"Interp: param 0 resize_type={self.resize_type} unsupported")
-        if pd.get_str(9, ""):
+        if self.size_expr:
             raise ValueError("Interp: param 9 size_expr unsupported")
-        sizes = [(3, "output_height", self.output_height), (4, "output_width", self.output_width)]
-        check_params(self.type_name, MAX_EXTENT, *sizes)
-        for key, name, value in sizes:
-            if value < 0:
-                raise ValueError(f"Interp param {key} ({name}) = {value} must be >= 0")
+        for p in (Interp.output_height, Interp.output_width):
+            if getattr(self, p.name) < 0:
+                raise ValueError(
+                    f"Interp param {p.id} ({p.name}) = {getattr(self, p.name)} must be >= 0"
+                )
         if not self.dynamic_target_size and (self.output_width == 0 or self.output_height == 0):
-            for key, name, scale in [
-                (1, "height_scale", self.height_scale),
-                (2, "width_scale", self.width_scale),
-            ]:
+            for q in (Interp.height_scale, Interp.width_scale):
+                scale = getattr(self, q.name)
                 with np.errstate(over="ignore"):
                     as_read = float(_F32(scale))  # ncnn reads a float32: 1e39 is inf
                 if not (math.isfinite(as_read) and as_read > 0):
                     raise ValueError(
-                        f"Interp param {key} ({name}) = {scale} must be a finite number > 0"
+                        f"Interp param {q.id} ({q.name}) = {scale} must be a finite number > 0"
                     )
 
     def blob_counts(self) -> tuple[BlobCount, BlobCount]:
@@ -192,9 +183,9 @@ class Interp(Layer):
         if self.dynamic_target_size:
             if ref is None:
                 raise ValueError("Interp: dynamic_target_size needs a reference blob")
-            rw, rh, _, _ = mat_whdc(ref)
+            rw, rh, _, _ = shape4(ref)
             return rw, rh
-        w, h, _, _ = mat_whdc(shape)
+        w, h, _, _ = shape4(shape)
         if len(shape) == 1:
             w = h = 1
         outw, outh = self.output_width, self.output_height
@@ -251,3 +242,34 @@ class Interp(Layer):
         # ncnn resizes rows along w first, then blends rows along h
         y = _resize_axis(x, 2, w, outw, self.resize_type, self.align_corner)
         return [_resize_axis(y, 1, h, outh, self.resize_type, self.align_corner)]
+
+    # -- GPU -------------------------------------------------------------------------------
+
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        return (
+            len(input_shapes) == 1
+            and len(input_shapes[0]) == 3
+            and self.resize_type in (1, 2, 3)
+            and not self.dynamic_target_size
+        )
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        spec = (self.resize_type, self.align_corner)
+        return {"interp": PipelineSpec("interp", spec, (8, 8, 1))}
+
+    def _gpu_scales(self, w: int, h: int, ow: int, oh: int) -> tuple[float, float]:
+        if self.resize_type == 1:
+            sx = w / ow if self.output_width else 1.0 / self.width_scale
+            sy = h / oh if self.output_height else 1.0 / self.height_scale
+            return (sx, sy)
+        if self.align_corner:
+            return ((w - 1) / (ow - 1) if ow > 1 else 0.0, (h - 1) / (oh - 1) if oh > 1 else 0.0)
+        return (w / ow, h / oh)
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        c, h, w = inputs[0].shape
+        _, oh, ow = outputs[0].shape
+        sx, sy = self._gpu_scales(w, h, ow, oh)
+        push = pack_push("5i2f", w, h, c, ow, oh, sx, sy)
+        groups = (math.ceil(ow / 8), math.ceil(oh / 8), c)
+        ctx.dispatch("interp", [inputs[0], outputs[0]], push, groups)

@@ -1,1 +1,0 @@
-"""GPU implementations of ncnn layers (one module per shader family), registered by type name."""
