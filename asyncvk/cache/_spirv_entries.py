@@ -1,0 +1,151 @@
+"""SPIR-V entries: compiled once per (shader, option bits, source hash, device macros), adopted
+from cache files and checked against the shader's declared interface before their first use."""
+
+from __future__ import annotations
+
+import time
+
+from .._errors import CacheMissError, SpirvError
+from ..shader._compiler import TargetEnv, compile_glsl
+from ..shader._interface import declared_interface, interface_mismatch
+from ..shader._options import ShaderOptions, option_prelude, splice_prelude
+from ..shader._reflect import ShaderInfo, reflect_spirv
+from ._cache_core import CacheCore, log
+from ._keys import SpirvKey, split_by_macros
+from ._single_flight import Role
+
+
+class SpirvEntries(CacheCore):
+    """The cache's SPIR-V by key: lookup, shared compiles, adoption and rejection."""
+
+    def spirv_key(self, shader: str, options: ShaderOptions) -> SpirvKey:
+        source = self.registry.get(shader)
+        return SpirvKey(shader, options.bits, source.source_hash, self._macro_hash)
+
+    def _builtin_spirv(self, shader: str, options: ShaderOptions) -> tuple[bytes, ShaderInfo]:
+        """SPIR-V and reflection for a builtin shader: cache hit, shared compile, or compile."""
+        key = self.spirv_key(shader, options)
+
+        def lookup() -> tuple[bytes, ShaderInfo] | None:
+            spirv = self._spirv.get(key)
+            if spirv is None:
+                return None
+            info = self._spirv_info.get(key)
+            if info is None:  # adopted from a file: checked once, before its first use
+                checked = self._check_adopted(key, spirv)
+                if isinstance(checked, str):
+                    return None
+                info = checked
+            self._stats["spirv_hits"] += 1
+            return spirv, info
+
+        def build() -> tuple[bytes, ShaderInfo]:
+            if self.must_hit:
+                raise CacheMissError(
+                    f"must-hit: shader {shader!r} (option bits {options.bits}) is not in the "
+                    "cache and would be compiled"
+                )
+            source = self.registry.get(shader)
+            text = splice_prelude(source.source, option_prelude(options))
+            start = time.perf_counter()
+            spirv = compile_glsl(
+                text, f"{shader}.comp", defines=self._macros, target_env=TargetEnv.VULKAN_1_1
+            )
+            seconds = time.perf_counter() - start
+            info = reflect_spirv(spirv)
+            with self._lock:
+                self._spirv[key] = spirv
+                self._spirv_info[key] = info
+                self._spirv_compiled[key] = spirv
+                self.generation += 1
+                self._stats["spirv_compiles"] += 1
+                self._stats["glsl_seconds"] += seconds
+            return spirv, info
+
+        with self._lock:
+            found = lookup()
+        if found is not None:
+            return found
+
+        def locked_lookup() -> tuple[bytes, ShaderInfo] | None:
+            with self._lock:
+                return lookup()
+
+        # Compile inline on this worker thread; concurrent workers wanting the same key wait.
+        future, role = self._spirv_flight.join_or_start(key, locked_lookup)
+        if role is Role.MINE:
+            self._spirv_flight.produce(key, future, build)
+        return future.result()
+
+    def _check_adopted(self, key: SpirvKey, spirv: bytes) -> ShaderInfo | str:
+        """Reflect an adopted entry and check it against its shader's declared interface.
+
+        Returns its ShaderInfo, or why it was dropped (the caller then compiles). Holds _lock.
+        """
+        try:
+            info = reflect_spirv(spirv)
+        except SpirvError as exc:
+            problem = str(exc)
+        else:
+            declared = declared_interface(self.registry.get(key.shader).source)
+            mismatch = interface_mismatch(info, declared)
+            if mismatch is None:
+                self._spirv_info[key] = info
+                return info
+            problem = f"not the shader its key names: {mismatch}"
+        self._drop_spirv_locked(key, spirv, problem)
+        return problem
+
+    def _drop_spirv_locked(self, key: SpirvKey, spirv: bytes, reason: str) -> None:
+        """Forget a bad cached body, so nothing uses or saves it again. Holds ``_lock``."""
+        self._rejected_spirv.add((key, spirv))
+        if self._spirv.get(key) != spirv:
+            return  # another thread already dropped it (and maybe compiled a good one)
+        del self._spirv[key]
+        self._spirv_info.pop(key, None)
+        self._stats["spirv_rejected"] += 1
+        self.generation += 1  # a save now writes the file without it
+        log.warning(
+            "cached SPIR-V of shader %r [option bits 0x%x] rejected, compiling it from source: %s",
+            key.shader,
+            key.option_bits,
+            reason,
+        )
+
+    def check_spirv_entries(self) -> list[str]:
+        """Check every adopted entry not used yet, as its first use would; drop the bad ones.
+
+        Returns one line per dropped entry (``asyncvk cache verify`` reports them).
+        """
+        problems = []
+        with self._lock:
+            for key, spirv in list(self._spirv.items()):
+                if key in self._spirv_info or key.shader not in self.registry:
+                    continue
+                checked = self._check_adopted(key, spirv)
+                if isinstance(checked, str):
+                    problems.append(
+                        f"SPIR-V of {key.shader!r} [option bits 0x{key.option_bits:x}]: {checked}"
+                    )
+        return problems
+
+    def spirv_entries(self) -> dict[SpirvKey, bytes]:
+        with self._lock:
+            return dict(self._spirv)
+
+    def add_spirv_entries(self, entries: dict[SpirvKey, bytes]) -> int:
+        """Adopt SPIR-V entries loaded from a file; only those for this device's macros."""
+        added = 0
+        with self._lock:
+            for key, spirv in split_by_macros(entries, self._macro_hash)[0].items():
+                if key in self._spirv:
+                    continue
+                if (key, spirv) in self._rejected_spirv:
+                    continue  # dropped as bad in this process: the file still holds it
+                self._spirv[key] = spirv
+                added += 1
+        return added
+
+    @property
+    def device_macro_hash(self) -> int:
+        return self._macro_hash
