@@ -112,6 +112,11 @@ class Server:
         return self.proc.returncode, err
 
 
+def _cache_files(folder: Path) -> dict[str, int]:
+    """Each cache file in ``folder`` with its mtime: a rewrite or a new file changes it."""
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.vkcache")}
+
+
 def _npy(array: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, array)
@@ -230,6 +235,7 @@ async def test_serve_end_to_end(cache_dir: Path) -> None:
     with PipelineCache() as cache:
         assert cache.load_cache(cache_dir / entries[0].file)
 
+    saved = _cache_files(cache_dir)
     second = Server(cache_dir)
     try:
         await second.wait_ready()
@@ -239,6 +245,8 @@ async def test_serve_end_to_end(cache_dir: Path) -> None:
     finally:
         code, err = second.stop()
     assert code == 0, err
+    # a warm start that built nothing new writes no cache file, and removes none
+    assert _cache_files(cache_dir) == saved
 
 
 async def test_sigterm_during_load_exits_cleanly(cache_dir: Path) -> None:

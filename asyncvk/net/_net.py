@@ -18,7 +18,8 @@ import anyio
 import numpy as np
 
 from .._errors import ModelFormatError
-from ..cache._persist import merge_with_saved
+from ..cache._autosave import AutoSaver
+from ..cache._persist import SaveResult, merge_with_saved
 from ..cache._pipeline_cache import await_shared
 from ..cache._safe_fs import expand_path
 from ..cache._spec import PipelineSpec
@@ -114,8 +115,9 @@ class Net:
         self.cache_status: dict[str, Any] | None = None
         self._cache_dir: Any = None
         self._fingerprint = ""
-        self._dir_saved_generation = -1
-        self._pending_save: asyncio.Future[None] | None = None
+        #: Saves the cache folder after load and whenever something new is built since.
+        self._autosaver: AutoSaver | None = None
+        self._pending_save: asyncio.Future[SaveResult | None] | None = None
         self._param_source: Any = None
         self.load_stats = LoadStatistics()
         self._plans: dict[tuple[Any, ...], list[Plan]] = {}
@@ -272,7 +274,15 @@ class Net:
         elif progress:
             progress(total, total)
         if self._cache_dir is not None and self.use_vulkan:
-            self._pending_save = asyncio.ensure_future(self._save_to_cache_dir())
+            saver = self._autosaver
+            if saver is None or saver.cache is not self.cache or saver.loop.is_closed():
+                if saver is not None:
+                    saver.cancel()
+                saver = self._autosaver = AutoSaver(
+                    self.cache, save=self._save_to_cache_dir, interval=self.opt.autosave_interval
+                )
+            saver.mark_dirty()  # this model's file, even if nothing was built
+            self._pending_save = asyncio.ensure_future(saver.save_now())
         gpu = sum(1 for n in self.nodes if n.vulkan is not None)
         self.load_stats = LoadStatistics(
             load_param_s=self.load_stats.load_param_s,
@@ -321,12 +331,10 @@ class Net:
             self._cache_dir = None  # read-only folder or cache: it served, nothing is saved
         self.cache_status = status
 
-    async def _save_to_cache_dir(self) -> None:
+    async def _save_to_cache_dir(self) -> SaveResult:
         directory = self._cache_dir
-        assert directory is not None and self.opt.graph_key
-        if self.cache.generation == self._dir_saved_generation:
-            return
-        generation = self.cache.generation
+        if directory is None or not self.opt.graph_key:
+            return SaveResult(False, "no writable cache folder")
         cache = self.cache
 
         def build(current: bytes | None) -> bytes:
@@ -339,18 +347,19 @@ class Net:
             self._fingerprint,
             build,
         )
-        if path is not None:
-            self._dir_saved_generation = generation
-            if self.cache_status is not None:
-                self.cache_status["saved"] = str(path)
+        if path is None:
+            return SaveResult(False, f"not saved to {directory.path}")
+        if self.cache_status is not None:
+            self.cache_status["saved"] = str(path)
+        return SaveResult(True, "saved", str(path))
 
     async def flush_cache(self) -> None:
         """Wait for the background save of the cache folder (and save anything newer)."""
         if self._pending_save is not None:
             await self._pending_save
             self._pending_save = None
-        if self._cache_dir is not None and self.cache is not None:
-            await self._save_to_cache_dir()
+        if self._autosaver is not None and self.cache is not None and not self.cache.closed:
+            await self._autosaver.save_now()
 
     def _read_weights(self, reader: ModelBinReader) -> None:
         assert self.param is not None
@@ -588,6 +597,8 @@ class Net:
             return
         self._closed = True
         self._generation += 1
+        if self._autosaver is not None:
+            self._autosaver.cancel()  # aclose() flushed it; a bare close() saves nothing more
         self._release_gpu_state()
         if self._owns_cache and self.cache is not None:
             self.cache.close()
@@ -598,6 +609,8 @@ class Net:
         if not self._closed:
             try:
                 await self.flush_cache()
+                if self._autosaver is not None:
+                    await self._autosaver.aclose()
             except Exception:  # a cache save never fails the caller
                 pass
         await anyio.to_thread.run_sync(self.close)

@@ -18,7 +18,9 @@ class Option:
 
     ``use_vulkan_compute`` defaults to on when a Vulkan device exists (resolved at load).
     ``pipeline_cache`` shares one PipelineCache between Nets; without it each Net owns one.
-    ``cache_dir`` + ``graph_key`` turn on the managed cache folder.
+    ``cache_dir`` + ``graph_key`` turn on the managed cache folder: saved after load, and again
+    ``autosave_interval`` seconds after anything new is built in the cache (another Net sharing
+    it loading a model), off the request path; ``aclose()`` flushes.
     """
 
     use_vulkan_compute: bool | None = None
@@ -31,6 +33,7 @@ class Option:
     pipeline_cache: PipelineCache | None = None
     cache_dir: str | Path | None = None
     graph_key: str | None = None
+    autosave_interval: float = 2.0
 
     def shader_options(self) -> ShaderOptions:
         return ShaderOptions(

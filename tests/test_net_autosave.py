@@ -1,0 +1,82 @@
+"""A Net's cache folder keeps what is built after its load: saved in the background by an
+AutoSaver (no explicit flush), and flushed by ``aclose()``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from asyncvk import Net, Option, PipelineCache
+from asyncvk.cache._directory import CacheDirectory
+from asyncvk.gpu import VulkanDevice
+
+MODELS = Path(__file__).parent / "models"
+
+
+def _saved_entries(folder: Path, key: str, device: VulkanDevice) -> int:
+    """SPIR-V entries in ``key``'s file for this device (0 when there is none yet)."""
+    entries = CacheDirectory(folder).entries(key)
+    if not entries:
+        return 0
+    with PipelineCache(device) as reader:
+        loaded = reader.load_cache(folder / entries[0].file)
+        assert loaded, loaded.reason
+        return loaded.entries_used
+
+
+async def _load(net: Net, model: str) -> None:
+    await net.load_param(MODELS / model / "model.param")
+    await net.load_model(MODELS / model / "model.bin")
+
+
+async def test_what_is_built_after_load_is_saved_in_the_background(
+    device: VulkanDevice, tmp_path: Path
+) -> None:
+    folder = tmp_path / "cache"
+    with PipelineCache(device) as shared:
+        option = Option(
+            use_vulkan_compute=True,
+            pipeline_cache=shared,
+            cache_dir=folder,
+            graph_key="cunet",
+            autosave_interval=0.1,
+        )
+        async with Net(option) as served:
+            await _load(served, "cunet")
+            await served.flush_cache()  # the save after load, so that the count below is stable
+            after_load = _saved_entries(folder, "cunet", device)
+            assert after_load == shared.statistics().spirv_entries > 0
+            # another Net on the same cache builds pipelines cunet does not have
+            async with Net(Option(use_vulkan_compute=True, pipeline_cache=shared)) as other:
+                await _load(other, "squeezenet")
+            built = shared.statistics().spirv_entries
+            assert built > after_load
+            deadline = time.monotonic() + 60  # a guard against a hang, not a timing assertion
+            while _saved_entries(folder, "cunet", device) < built:
+                assert time.monotonic() < deadline, "the autosave never wrote the new pipelines"
+                await asyncio.sleep(0.05)
+
+
+async def test_aclose_flushes_what_the_interval_has_not_saved_yet(
+    device: VulkanDevice, tmp_path: Path
+) -> None:
+    folder = tmp_path / "cache"
+    with PipelineCache(device) as shared:
+        option = Option(
+            use_vulkan_compute=True,
+            pipeline_cache=shared,
+            cache_dir=folder,
+            graph_key="cunet",
+            autosave_interval=3600,  # never by the clock: only aclose() can save it
+        )
+        served = Net(option)
+        await _load(served, "cunet")
+        await served.flush_cache()
+        after_load = _saved_entries(folder, "cunet", device)
+        async with Net(Option(use_vulkan_compute=True, pipeline_cache=shared)) as other:
+            await _load(other, "squeezenet")
+        assert _saved_entries(folder, "cunet", device) == after_load
+        await served.aclose()
+        assert _saved_entries(folder, "cunet", device) == shared.statistics().spirv_entries
+        assert shared.statistics().spirv_entries > after_load
