@@ -30,7 +30,6 @@ from asyncvk.cache._atomic_file import (
     merge_contents,
     save_merged,
     write_atomic,
-    write_atomic_async,
 )
 from asyncvk.cache._file_format import (
     SPIRV_MAGIC,
@@ -119,8 +118,7 @@ def reaper() -> Iterator[list[subprocess.Popen[str]]]:
 # -- what makes a replace crash-safe ----------------------------------------------------------
 
 FSYNC_ORDER = """
-import asyncio, stat
-from asyncvk.cache._atomic_file import write_atomic_async
+import stat
 calls = []
 real_fsync, real_replace = os.fsync, os.replace
 
@@ -138,7 +136,6 @@ path = sys.argv[1]
 out = {}
 for how, save in (
     ("write_atomic", lambda: write_atomic(path, b"AVKPCACH one")),
-    ("write_atomic_async", lambda: asyncio.run(write_atomic_async(path, b"AVKPCACH two"))),
     ("save_merged", lambda: save_merged(path, lambda old: b"AVKPCACH three")),
 ):
     calls.clear()
@@ -399,15 +396,13 @@ def test_a_full_disk_raises_enospc_and_leaves_the_old_file(
 
 
 FILE_SIZE_LIMIT = """
-import asyncio, resource, signal
-from asyncvk.cache._atomic_file import write_atomic_async
+import resource, signal
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # report EFBIG instead of killing us
 resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 path = sys.argv[1]
 out = {}
 for how, save in (
     ("sync", lambda: write_atomic(path, bytes(4 << 20))),
-    ("async", lambda: asyncio.run(write_atomic_async(path, bytes(4 << 20)))),
 ):
     try:
         save()
@@ -418,7 +413,7 @@ print(json.dumps(out))
 """
 
 
-def test_a_real_write_failure_sync_and_async_leaves_the_old_file(tmp_path: Path) -> None:
+def test_a_real_write_failure_leaves_the_old_file(tmp_path: Path) -> None:
     """RLIMIT_FSIZE makes the kernel refuse the write (EFBIG), as a full disk refuses it."""
     path = tmp_path / "x.vkcache"
     path.write_bytes(OLD_BYTES)
@@ -429,7 +424,7 @@ def test_a_real_write_failure_sync_and_async_leaves_the_old_file(tmp_path: Path)
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"sync": errno.EFBIG, "async": errno.EFBIG}
+    assert json.loads(proc.stdout) == {"sync": errno.EFBIG}
     assert path.read_bytes() == OLD_BYTES
     assert _temps(tmp_path) == []
 
@@ -450,17 +445,6 @@ class TestWriteAtomic:
         with pytest.raises(OSError):
             write_atomic(tmp_path / "x.vkcache", b"data")
         assert _temps(tmp_path) == []
-
-    async def test_async_creates_and_replaces(self, tmp_path: Path) -> None:
-        path = tmp_path / "x.vkcache"
-        path.write_bytes(OLD_BYTES)
-        await write_atomic_async(path, b"async data")
-        assert _listing(tmp_path) == ["x.vkcache"]
-        assert path.read_bytes() == b"async data"
-
-    async def test_async_into_a_missing_folder_raises(self, tmp_path: Path) -> None:
-        with pytest.raises(FileNotFoundError):
-            await write_atomic_async(tmp_path / "nope" / "x.vkcache", b"data")
 
 
 class TestSaveMerged:

@@ -16,9 +16,6 @@ import time
 import uuid
 from collections.abc import Callable
 
-import aiofiles
-import anyio
-
 from ._file_format import CacheContents, read_cache_source
 from ._safe_fs import UnsafePathError, create_exclusive, locked, open_regular, replace_refusal
 
@@ -29,7 +26,6 @@ __all__ = (
     "merge_contents",
     "save_merged",
     "write_atomic",
-    "write_atomic_async",
 )
 
 
@@ -81,26 +77,6 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         _remove(tmp)
         raise
     _fsync_dir(os.path.dirname(tmp))
-
-
-def _open_temp(path: str, flags: int) -> int:
-    return create_exclusive(path)
-
-
-async def write_atomic_async(path: str | os.PathLike[str], data: bytes) -> None:
-    """``write_atomic`` for the event loop: aiofiles writes, a worker thread syncs and renames."""
-    target = os.fspath(path)
-    tmp = _temp_path(target)
-    try:
-        async with aiofiles.open(tmp, "xb", opener=_open_temp) as f:
-            await f.write(data)
-            await f.flush()
-            await anyio.to_thread.run_sync(os.fsync, f.fileno())
-        await anyio.to_thread.run_sync(os.replace, tmp, target)
-    except BaseException:
-        _remove(tmp)
-        raise
-    await anyio.to_thread.run_sync(_fsync_dir, os.path.dirname(tmp))
 
 
 def _pid_alive(pid: int) -> bool:
