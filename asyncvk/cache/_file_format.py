@@ -11,21 +11,28 @@ Every byte is covered by a checksum. The header and the index frame the file, so
 rejects the whole file; a body only carries words, so a damaged or outdated body is skipped
 alone and the rest of the file is still used. An entry's hash covers its key as well as its
 body, so a body that ends up under another key (a writer's bug, two bodies exchanged) fails it.
+This module holds the layout, the writer and the header's checks; ``_file_entries`` decodes a
+whole file (sections, the SPIR-V index and bodies) and ``_file_inspect`` reads sources and
+describes files. Their public names are importable from here as well.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import stat
+import importlib
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..gpu._identity import DeviceIdentity
 from ._keys import SpirvKey
+
+if TYPE_CHECKING:
+    from ._file_entries import decode_cache as decode_cache
+    from ._file_inspect import describe_cache as describe_cache
+    from ._file_inspect import read_cache_source as read_cache_source
 
 MAGIC = b"AVKPCACH"
 FORMAT_VERSION = 3
@@ -144,6 +151,16 @@ class CacheLoadResult:
 
 
 # -- encoding --------------------------------------------------------------------------------
+
+
+def _body_problem(body: memoryview) -> str | None:
+    size = len(body)
+    if size == 0 or size % 4:
+        return f"SPIR-V size {size} is not a positive multiple of 4"
+    first = int.from_bytes(body[:4], "little")
+    if first != SPIRV_MAGIC:
+        return f"not SPIR-V: first word 0x{first:08x}, expected magic 0x{SPIRV_MAGIC:08x}"
+    return None
 
 
 def encode_cache(contents: CacheContents) -> bytes:
@@ -348,348 +365,15 @@ def _check_header(data: memoryview, expected: DeviceIdentity | None) -> dict[str
     return h
 
 
-@dataclass(frozen=True)
-class _Sections:
-    index: memoryview
-    bodies: memoryview
-    blob: memoryview
+_ELSEWHERE = {
+    "decode_cache": "._file_entries",
+    "describe_cache": "._file_inspect",
+    "read_cache_source": "._file_inspect",
+}
 
 
-def _check_sections(data: memoryview, h: Mapping[str, Any]) -> _Sections | str:
-    """Section bounds and the whole-section hashes (index, blob)."""
-    size = len(data)
-    fields = ("index_size", "bodies_size", "driver_blob_size")
-    names = ("SPIR-V index", "SPIR-V bodies", "driver blob")
-    total = HEADER_SIZE + sum(h[f] for f in fields)
-    end = HEADER_SIZE
-    bounds = []
-    for section, field in zip(names, fields, strict=True):
-        start, end = end, end + h[field]
-        if end > size:
-            sizes = " + ".join(f"{f} {h[f]}" for f in fields)
-            return (
-                f"the {section} section is truncated or oversized: declared sections end at "
-                f"byte {total} (header {HEADER_SIZE} + {sizes}), past the end of the file "
-                f"({size} bytes)"
-            )
-        bounds.append((start, end))
-    if end < size:
-        return f"{size - end} trailing bytes after the driver blob (the file should end at {end})"
-    sections = _Sections(*(data[a:b] for a, b in bounds))
-    computed = _hash16(sections.index)
-    if computed != h["index_hash"]:
-        return (
-            f"SPIR-V index checksum mismatch: the entry headers are damaged (stored "
-            f"{h['index_hash'].hex()}, computed {computed.hex()})"
-        )
-    computed = _hash16(sections.blob) if sections.blob else bytes(16)
-    if computed != h["driver_blob_hash"]:
-        return (
-            f"driver blob checksum mismatch: the blob is damaged (stored "
-            f"{h['driver_blob_hash'].hex()}, computed {computed.hex()})"
-        )
-    return sections
-
-
-@dataclass(frozen=True)
-class _Record:
-    """One index record and its body, before any per-entry judgement."""
-
-    position: int
-    raw_name: bytes
-    option_bits: int
-    source_hash: int
-    macro_hash: int
-    digest: bytes
-    body: memoryview
-
-    @property
-    def name(self) -> str:
-        return self.raw_name.decode("utf-8", "backslashreplace")
-
-    @property
-    def key(self) -> SpirvKey | None:
-        """None when the name is not UTF-8: such an entry can never be asked for."""
-        try:
-            name = self.raw_name.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        return SpirvKey(name, self.option_bits, self.source_hash, self.macro_hash)
-
-    @property
-    def label(self) -> str:
-        return f"entry {self.position} {self.name!r} [option bits 0x{self.option_bits:x}]"
-
-
-def _parse_index(h: Mapping[str, Any], sections: _Sections) -> list[_Record] | str:
-    """Walk the index; any framing fault rejects the file, since later offsets depend on it."""
-    index, bodies = sections.index, sections.bodies
-    count = h["spirv_entry_count"]
-    records: list[_Record] = []
-    pos = body = 0
-    for i in range(count):
-        if pos + ENTRY_SIZE > len(index):
-            return f"SPIR-V index ends inside entry {i} of spirv_entry_count {count}"
-        name_len, bits, source, macro, size, digest = _ENTRY.unpack_from(index, pos)
-        pos += ENTRY_SIZE
-        if pos + name_len > len(index):
-            return f"SPIR-V index ends inside the name of entry {i}"
-        raw = bytes(index[pos : pos + name_len])
-        pos += name_len
-        if body + size > len(bodies):
-            return (
-                f"SPIR-V entry {i} declares {size} bytes, past the end of the SPIR-V bodies "
-                f"section ({len(bodies) - body} bytes left)"
-            )
-        records.append(_Record(i, raw, bits, source, macro, digest, bodies[body : body + size]))
-        body += size
-    if pos != len(index):
-        return f"{len(index) - pos} bytes in the SPIR-V index after its last entry"
-    if body != len(bodies):
-        return f"{len(bodies) - body} bytes in the SPIR-V bodies section belong to no entry"
-    return records
-
-
-def _body_problem(body: memoryview) -> str | None:
-    size = len(body)
-    if size == 0 or size % 4:
-        return f"SPIR-V size {size} is not a positive multiple of 4"
-    first = int.from_bytes(body[:4], "little")
-    if first != SPIRV_MAGIC:
-        return f"not SPIR-V: first word 0x{first:08x}, expected magic 0x{SPIRV_MAGIC:08x}"
-    return None
-
-
-def _record_problem(rec: _Record, source_hashes: Mapping[str, int] | None) -> str | None:
-    """Why one entry cannot be used on its own merits, or None."""
-    key = rec.key
-    if key is None:
-        return "shader name is not UTF-8"
-    computed = entry_hash(rec.raw_name, rec.option_bits, rec.source_hash, rec.macro_hash, rec.body)
-    if computed != rec.digest:
-        return (
-            "SPIR-V checksum mismatch: the body is damaged, or it belongs to another key "
-            "(the entry hash covers the key and the body)"
-        )
-    problem = _body_problem(rec.body)
-    if problem is not None or source_hashes is None:
-        return problem
-    current = source_hashes.get(key.shader)
-    if current is None:
-        return "unknown shader (not in this build)"
-    if current != key.source_hash:
-        return (
-            f"shader source changed since the file was written (source hash "
-            f"{key.source_hash:016x} in the file, {current:016x} now)"
-        )
-    return None
-
-
-def _judge(records: list[_Record], source_hashes: Mapping[str, int] | None) -> list[str | None]:
-    """Per record, why it is skipped (None = used); a later copy of a used key is skipped."""
-    used: set[SpirvKey] = set()
-    verdicts: list[str | None] = []
-    for rec in records:
-        problem = _record_problem(rec, source_hashes)
-        key = rec.key
-        if problem is None and key is not None:
-            if key in used:
-                problem = "duplicate key (an earlier entry with this key is used)"
-            used.add(key)
-        verdicts.append(problem)
-    return verdicts
-
-
-def _fail(reason: str) -> tuple[CacheLoadResult, None]:
-    return CacheLoadResult(False, reason), None
-
-
-def decode_cache(
-    data: bytes,
-    *,
-    expected: DeviceIdentity | None,
-    source_hashes: Mapping[str, int] | None,
-) -> tuple[CacheLoadResult, CacheContents | None]:
-    """Validate and decode a cache file; never raises for bad content.
-
-    :param expected: the identity the file must match; None accepts any (``cache inspect``).
-    :param source_hashes: shader name -> current source hash; an entry whose shader is absent
-        or whose hash differs is skipped. None keeps every well-formed entry.
-    :returns: (falsy result with the reason, None) when the whole file is rejected, else
-        (result with per-entry skips, contents). Nothing is returned before every check passed.
-    """
-    view = memoryview(data).cast("B")
-    h = _check_header(view, expected)
-    if isinstance(h, str):
-        return _fail(h)
-    sections = _check_sections(view, h)
-    if isinstance(sections, str):
-        return _fail(sections)
-    identity = expected or _header_identity(h)
-    reason = validate_driver_blob(bytes(sections.blob), identity)
-    if reason is not None:
-        return _fail(reason)
-    records = _parse_index(h, sections)
-    if isinstance(records, str):
-        return _fail(records)
-    entries: dict[SpirvKey, bytes] = {}
-    skipped: list[str] = []
-    for rec, problem in zip(records, _judge(records, source_hashes), strict=True):
-        key = rec.key
-        if problem is not None or key is None:
-            skipped.append(f"{rec.label}: {problem}")
-        else:
-            entries[key] = bytes(rec.body)
-    result = CacheLoadResult(True, "loaded", len(entries), len(skipped), tuple(skipped))
-    return result, CacheContents(identity, entries, bytes(sections.blob))
-
-
-# -- reading ---------------------------------------------------------------------------------
-
-
-def _too_big(what: str, size: int, max_size: int) -> CacheLoadResult:
-    return CacheLoadResult(False, f"{what} has {size} bytes, over the {max_size}-byte size limit")
-
-
-def _read_path(path: str, max_size: int) -> bytes | CacheLoadResult:
-    # O_NONBLOCK: opening a FIFO must not hang; fstat then refuses anything but a regular file.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return CacheLoadResult(False, f"{path} is a directory, not a cache file")
-        if not stat.S_ISREG(st.st_mode):
-            return CacheLoadResult(False, f"{path} is not a regular file")
-        if st.st_size > max_size:
-            return _too_big(path, st.st_size, max_size)
-        chunks = []
-        total = 0
-        while total <= max_size:
-            chunk = os.read(fd, min(max_size + 1 - total, 16 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    finally:
-        os.close(fd)
-    if total > max_size:
-        return CacheLoadResult(False, f"{path} grew past the {max_size}-byte size limit")
-    return b"".join(chunks)
-
-
-def _read_stream(source: BinaryIO, max_size: int) -> bytes | CacheLoadResult:
-    try:
-        st = os.fstat(source.fileno())
-        remaining = st.st_size - source.tell()
-        if stat.S_ISREG(st.st_mode) and remaining > max_size:
-            return _too_big("the cache file object", remaining, max_size)
-    except (OSError, ValueError, AttributeError):
-        pass  # no file descriptor (BytesIO, sockets): the bounded read below still applies
-    data = source.read(max_size + 1)
-    if not isinstance(data, (bytes, bytearray)):
-        return CacheLoadResult(False, "the cache file object is not open in binary mode")
-    if len(data) > max_size:
-        return CacheLoadResult(False, f"the cache file object is over the {max_size}-byte limit")
-    return bytes(data)
-
-
-def read_cache_source(
-    source: str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO,
-    *,
-    max_size: int = MAX_FILE_SIZE,
-) -> bytes | CacheLoadResult:
-    """The bytes of a cache file, or a failed result saying why they cannot be had.
-
-    ``bytes`` are the file's contents, not a path. A file's size is checked with ``fstat``
-    before anything is read, so a huge (or sparse) file costs nothing.
-    """
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        if len(source) > max_size:
-            return _too_big("the cache data", len(source), max_size)
-        return bytes(source)
-    if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
-        try:
-            return _read_path(os.fsdecode(path), max_size)
-        except FileNotFoundError:
-            return CacheLoadResult(False, f"{path} does not exist")
-        except PermissionError as exc:
-            return CacheLoadResult(False, f"cannot read {path}: {exc.strerror} (permission)")
-        except (OSError, ValueError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            return CacheLoadResult(False, f"cannot read {path}: {reason}")
-    try:
-        return _read_stream(source, max_size)
-    except (OSError, ValueError) as exc:
-        return CacheLoadResult(False, f"cannot read the cache file object: {exc}")
-
-
-# -- inspection ------------------------------------------------------------------------------
-
-
-def _jsonable_header(h: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for field, value in h.items():
-        if field == "magic":
-            out[field] = value.decode("latin-1")
-        elif field == "endian":
-            out[field] = f"0x{value:08x}"
-        elif field == "asyncvk_version":
-            out[field] = value.rstrip(b"\0").decode("utf-8", "replace")
-        elif isinstance(value, bytes):
-            out[field] = value.hex()
-        elif field.endswith("_hash"):
-            out[field] = f"{value:016x}"
-        else:
-            out[field] = value
-    return out
-
-
-def describe_cache(data: bytes) -> dict[str, Any]:
-    """Header fields, section layout and every entry, JSON-ready (``asyncvk cache inspect``).
-
-    Describes damaged files too, as far as they can be read; raises ValueError only when the
-    data has no header of this format version to describe.
-    """
-    view = memoryview(data).cast("B")
-    problem = _check_prefix(view)
-    if problem is not None:
-        raise ValueError(problem)
-    h = _unpack_header(view)
-    result, _ = decode_cache(data, expected=None, source_hashes=None)
-    info: dict[str, Any] = {
-        "size": len(view),
-        "valid": bool(result),
-        "reason": result.reason,
-        "header": _jsonable_header(h),
-        "layout": {},
-        "spirv_entries": [],
-        "skipped": list(result.skipped),
-        "driver_blob_bytes": h["driver_blob_size"],
-    }
-    start = 0
-    for section, size in (
-        ("header", HEADER_SIZE),
-        ("spirv_index", h["index_size"]),
-        ("spirv_bodies", h["bodies_size"]),
-        ("driver_blob", h["driver_blob_size"]),
-    ):
-        info["layout"][section] = [start, start + size]
-        start += size
-    sections = _check_sections(view, h)
-    records = _parse_index(h, sections) if isinstance(sections, _Sections) else []
-    if isinstance(records, str):
-        records = []
-    for rec, problem in zip(records, _judge(records, None), strict=True):
-        info["spirv_entries"].append(
-            {
-                "shader": rec.name,
-                "option_bits": rec.option_bits,
-                "source_hash": f"{rec.source_hash:016x}",
-                "macro_hash": f"{rec.macro_hash:016x}",
-                "size": len(rec.body),
-                "entry_hash": rec.digest.hex(),
-                "status": problem or "ok",
-            }
-        )
-    return info
+def __getattr__(name: str) -> Any:
+    """The decoder and the readers, imported on first use (they import this module)."""
+    if name in _ELSEWHERE:
+        return getattr(importlib.import_module(_ELSEWHERE[name], __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
