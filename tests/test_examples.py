@@ -27,3 +27,17 @@ def test_example_runs(example: Path, tmp_path: Path) -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_cold_warm_names_what_a_model_folder_lacks(tmp_path: Path) -> None:
+    (tmp_path / "model.param").write_text("7767517\n0 0\n")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES[0].parent / "cold_warm.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert f"{tmp_path} lacks model.bin, input.npy, output.npy" in line
