@@ -20,48 +20,42 @@ disk) still serves its entries; only saving is skipped, with one warning saying 
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
-import logging
 import os
-import re
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._version import __version__
 from ..gpu._identity import DeviceIdentity
-from ._atomic_file import _fsync_dir, _pid_alive, merge_contents, write_atomic
-from ._file_format import CacheContents, decode_cache, describe_cache, encode_cache
+from ._atomic_file import _fsync_dir, merge_contents
+from ._file_format import CacheContents, decode_cache, encode_cache
+from ._folder_files import (
+    DEFAULT_MAX_BYTES,
+    CacheDirectoryWarning,
+    FolderFiles,
+    PruneReport,
+    _same_device,
+    device_entry,
+    key_stem,
+)
 from ._index import (
     IndexEntry,
-    InvalidIndex,
-    encode_index,
-    parse_index,
     read_index_file,
 )
 from ._safe_fs import (
     UnsafePathError,
     create_exclusive,
     expand_path,
-    locked,
-    open_regular,
     random_token,
 )
 
-log = logging.getLogger("asyncvk.cache")
-
-DEFAULT_MAX_BYTES = 1 << 30
-LOCK_TIMEOUT_S = 60.0
-STALE_TEMP_S = 3600.0  # a temp file this old whose writer is gone is an orphan of a crash
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-
 __all__ = (
+    "DEFAULT_MAX_BYTES",
     "CacheDirectory",
     "CacheDirectoryWarning",
     "IndexEntry",
@@ -71,41 +65,6 @@ __all__ = (
 )
 
 Build = Callable[[bytes | None], bytes]
-
-
-class CacheDirectoryWarning(UserWarning):
-    """The cache folder cannot be used (or not written); the model runs uncached or unsaved."""
-
-
-def key_stem(graph_key: str) -> str:
-    """The file stem for a key: the key itself when plain, else ``hash_<sha256 prefix>``."""
-    if _PLAIN_KEY.match(graph_key):
-        return graph_key
-    return "hash_" + hashlib.sha256(graph_key.encode()).hexdigest()[:32]
-
-
-def _cache_file_pattern(stem: str) -> re.Pattern[str]:
-    return re.compile(re.escape(stem) + r"_\d{8}T\d{6}_[0-9a-z_]+\.vkcache")
-
-
-def _temp_pattern(name: str) -> re.Pattern[str]:
-    """``write_atomic``'s temp names for ``name``: ``.<name>.<pid>.<32 hex>.tmp``."""
-    return re.compile(rf"\.{re.escape(name)}\.(\d+)\.[0-9a-f]{{32}}\.tmp")
-
-
-def device_entry(identity: DeviceIdentity) -> dict[str, Any]:
-    return {
-        "vendor_id": identity.vendor_id,
-        "device_id": identity.device_id,
-        "driver_version": identity.driver_version,
-        "pipeline_cache_uuid": identity.pipeline_cache_uuid.hex(),
-        "device_name": identity.device_name,
-    }
-
-
-def _same_device(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    keys = ("vendor_id", "device_id", "driver_version", "pipeline_cache_uuid")
-    return all(a.get(k) == b.get(k) for k in keys)
 
 
 @dataclass(frozen=True)
@@ -118,14 +77,7 @@ class Lookup:
     data: bytes | None = field(default=None, repr=False)
 
 
-@dataclass
-class PruneReport:
-    removed: list[str] = field(default_factory=list)
-    left: list[str] = field(default_factory=list)  # files in the folder that are not asyncvk's
-    problems: list[str] = field(default_factory=list)
-
-
-class CacheDirectory:
+class CacheDirectory(FolderFiles):
     """One cache folder. No method raises for a broken, hostile or read-only folder.
 
     Arguments:
@@ -133,184 +85,6 @@ class CacheDirectory:
         max_bytes: size cap over every key's files; the least recently used go first.
         read_only: never create, write or remove anything; lookups still serve.
     """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        read_only: bool = False,
-    ) -> None:
-        self.path = Path(expand_path(path))
-        self.max_bytes = max_bytes
-        self.read_only = read_only
-        self.usable = True  # lookups can be served
-        self.writable = not read_only
-        self.problems: list[str] = []  # bad indexes seen, for `cache ls` and logs
-        self._warned: set[str] = set()
-
-    # -- plumbing -------------------------------------------------------------------------------
-
-    def _warn(self, what: str, why: str) -> None:
-        if what not in self._warned:
-            self._warned.add(what)
-            warnings.warn(
-                f"pipeline cache folder {self.path}: {what} ({why})",
-                CacheDirectoryWarning,
-                stacklevel=4,
-            )
-
-    def _disable(self, why: str) -> None:
-        self.usable = self.writable = False
-        self._warn("not usable; running uncached", why)
-
-    def _no_saves(self, why: str) -> None:
-        if self.writable:
-            self.writable = False
-            self._warn("can be read but not written; not saving to it", why)
-
-    def _ensure(self) -> bool:
-        """Whether lookups can be served; finds out once whether saves can be written."""
-        if not self.usable:
-            return False
-        if not self.writable:
-            return self.path.is_dir() or self._disable_missing()
-        try:
-            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            if not self.path.is_dir():
-                self._disable(exc.strerror or str(exc))
-                return False
-        probe = self.path / f".probe.{random_token()}"
-        try:
-            os.close(create_exclusive(probe, 0o600))
-            os.unlink(probe)
-        except OSError as exc:
-            self._no_saves(exc.strerror or str(exc))
-        return True
-
-    def _disable_missing(self) -> bool:
-        self.usable = False
-        return False
-
-    @contextlib.contextmanager
-    def _lock(self, stem: str, *, for_write: bool) -> Iterator[None]:
-        """The key's lock; a reader in a folder it cannot write goes on without one."""
-        if self.read_only and not for_write:
-            yield  # creates nothing: readers of an atomically replaced index need no lock
-            return
-        with contextlib.ExitStack() as stack:
-            try:
-                stack.enter_context(locked(self.path / f"{stem}.lock", LOCK_TIMEOUT_S))
-            except UnsafePathError:
-                raise
-            except OSError as exc:
-                if for_write or exc.errno not in (errno.EACCES, errno.EROFS, errno.EPERM):
-                    raise
-                # read-only access: readers of an atomically replaced index need no lock
-            yield
-
-    def index_path(self, graph_key: str) -> Path:
-        return self.path / f"{key_stem(graph_key)}.idx"
-
-    def _files(self, graph_key: str) -> list[Path]:
-        stem = key_stem(graph_key)
-        pattern = _cache_file_pattern(stem)
-        try:
-            names = os.listdir(self.path)
-        except OSError:
-            return []
-        return sorted(self.path / n for n in names if pattern.fullmatch(n))
-
-    def _read_index(self, graph_key: str) -> tuple[list[IndexEntry], bool]:
-        """The index entries (rebuilt from the files when the index is bad), and whether the
-        index file is asyncvk's to replace."""
-        path = self.index_path(graph_key)
-        pattern = _cache_file_pattern(key_stem(graph_key))
-        try:
-            data = read_index_file(path)
-            return parse_index(data, graph_key, pattern), True
-        except FileNotFoundError:
-            return (self._rebuild(graph_key) if self._files(graph_key) else []), True
-        except (OSError, InvalidIndex) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            ours = isinstance(exc, InvalidIndex) and self._index_is_ours(path)
-            action = "rebuilt from the files" if ours else "left alone; not asyncvk's to replace"
-            problem = f"index {path} is invalid ({why}); {action}"
-            self.problems.append(problem)
-            log.warning("%s", problem)
-            return self._rebuild(graph_key), ours
-
-    @staticmethod
-    def _index_is_ours(path: Path) -> bool:
-        """A regular file at the index's name is a damaged index; a symlink or other node is
-        somebody's plant and is never replaced."""
-        try:
-            os.close(open_regular(path))
-        except OSError:
-            return False
-        return True
-
-    def _read_cache_file(self, name: str) -> bytes | None:
-        try:
-            fd = open_regular(self.path / name)
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
-
-    def _rebuild(self, graph_key: str) -> list[IndexEntry]:
-        entries: dict[str, IndexEntry] = {}
-        for path in self._files(graph_key):
-            data = self._read_cache_file(path.name)
-            if data is None:
-                continue
-            try:
-                header = describe_cache(data)["header"]
-            except Exception:  # a file that does not describe is an orphan: swept on a write
-                continue
-            device = {
-                "vendor_id": header["vendor_id"],
-                "device_id": header["device_id"],
-                "driver_version": header["driver_version"],
-                "pipeline_cache_uuid": header["pipeline_cache_uuid"],
-                "device_name": "",
-            }
-            mtime = path.lstat().st_mtime
-            entry = IndexEntry(
-                path.name,
-                graph_key,
-                device,
-                None,
-                str(header.get("asyncvk_version", "")),
-                mtime,
-                mtime,
-                len(data),
-            )
-            key = repr(sorted((k, v) for k, v in device.items() if k != "device_name"))
-            if key not in entries or entries[key].created < entry.created:
-                entries[key] = entry  # the newest file per device wins
-        return list(entries.values())
-
-    def _write_index(self, graph_key: str, entries: list[IndexEntry], ours: bool) -> None:
-        if not ours:
-            raise UnsafePathError(
-                errno.EEXIST, f"{self.index_path(graph_key)} is not an asyncvk index"
-            )
-        write_atomic(self.index_path(graph_key), encode_index(graph_key, entries))
-
-    def _remove(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path / name)
-
-    def _sweep(self, graph_key: str, entries: list[IndexEntry]) -> list[IndexEntry]:
-        """Drop entries whose file is gone, delete this key's files no entry names."""
-        present = {p.name for p in self._files(graph_key)}
-        live = [e for e in entries if e.file in present]
-        named = {e.file for e in live}
-        for name in present - named:
-            self._remove(name)
-        return live
 
     # -- public --------------------------------------------------------------------------------
 
@@ -486,26 +260,6 @@ class CacheDirectory:
             "left": report.left,
             "problems": report.problems,
         }
-
-    def _prune_temps(self, ours: set[str], report: PruneReport) -> None:
-        now = time.time()
-        temps = [_temp_pattern(name) for name in ours if name.endswith((".idx", ".vkcache"))]
-        temps.append(re.compile(r"\.probe\.()[0-9a-f]{16}"))  # a probe of a killed process
-        for entry in sorted(os.scandir(self.path), key=lambda e: e.name):
-            if entry.name in ours:
-                continue
-            match = next((m for p in temps if (m := p.fullmatch(entry.name))), None)
-            st = entry.stat(follow_symlinks=False)
-            if (
-                match is not None
-                and entry.is_file(follow_symlinks=False)
-                and not (match.group(1) and _pid_alive(int(match.group(1))))
-                and now - st.st_mtime > STALE_TEMP_S
-            ):
-                self._remove(entry.name)
-                report.removed.append(entry.name)
-            elif match is None:
-                report.left.append(entry.name)
 
 
 def _merged(data: bytes | Build, current: bytes | None, identity: DeviceIdentity) -> bytes:
