@@ -80,3 +80,26 @@ async def test_aclose_flushes_what_the_interval_has_not_saved_yet(
         await served.aclose()
         assert _saved_entries(folder, "cunet", device) == shared.statistics().spirv_entries
         assert shared.statistics().spirv_entries > after_load
+
+
+async def test_a_cache_file_autosave_keeps_what_a_net_builds(
+    device: VulkanDevice, tmp_path: Path
+) -> None:
+    path = tmp_path / "model.vkcache"
+    with PipelineCache(device) as cache:
+        saver = cache.autosave(path, interval=0.1)
+        async with Net(Option(use_vulkan_compute=True, pipeline_cache=cache)) as net:
+            await _load(net, "cunet")
+            built = cache.statistics().spirv_entries
+            assert built > 0
+            deadline = time.monotonic() + 60  # a guard against a hang, not a timing assertion
+            while not path.exists() or _loaded_entries(path, device) < built:
+                assert time.monotonic() < deadline, "the autosave never wrote the pipelines"
+                await asyncio.sleep(0.05)
+        await saver.aclose()
+
+
+def _loaded_entries(path: Path, device: VulkanDevice) -> int:
+    with PipelineCache(device) as reader:
+        loaded = reader.load_cache(path)
+        return loaded.entries_used if loaded else 0
