@@ -14,13 +14,15 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 
 from ._file_format import CacheContents, read_cache_source
 from ._safe_fs import UnsafePathError, create_exclusive, locked, open_regular, replace_refusal
 
 LOCK_TIMEOUT_S = 60.0
-STALE_TEMP_S = 60.0  # a temp file this old whose writer is gone is an orphan of a crash
+#: The one age for temp files: one this old whose writer is gone is an orphan of a crash.
+#: (Every save finishes its temp file within seconds; a minute leaves a wide margin.)
+STALE_TEMP_S = 60.0
 
 __all__ = (
     "merge_contents",
@@ -89,19 +91,48 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale_temps(target: str) -> None:
-    """Delete temp files that killed savers left behind (their pid is gone, and they are old)."""
-    folder, name = os.path.split(os.path.abspath(target))
-    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[0-9a-f]{{32}}\.tmp")
+def temp_pattern(name: str) -> re.Pattern[str]:
+    """``write_atomic``'s temp names for ``name``: ``.<name>.<pid>.<32 hex>.tmp`` (group 1: pid)."""
+    return re.compile(rf"\.{re.escape(name)}\.(\d+)\.[0-9a-f]{{32}}\.tmp")
+
+
+def remove_stale_temps(
+    folder: str, patterns: Sequence[re.Pattern[str]], *, keep: Collection[str] = ()
+) -> tuple[list[str], list[str]]:
+    """Delete the temp files that killed writers left in ``folder``; the one temp-file sweeper.
+
+    A file goes when its name matches one of ``patterns`` (group 1: the writer's pid, empty
+    when the name holds none), it is a regular file, that pid is gone, and it is over
+    ``STALE_TEMP_S`` old. Names in ``keep`` are passed over. Returns the names removed, and
+    the names that match no pattern (``prune`` lists them as not asyncvk's).
+    """
+    removed: list[str] = []
+    unmatched: list[str] = []
     now = time.time()
-    with contextlib.suppress(OSError), os.scandir(folder) as it:
-        for entry in it:
-            match = pattern.fullmatch(entry.name)
-            if match is None or _pid_alive(int(match.group(1))):
-                continue
-            with contextlib.suppress(OSError):
-                if now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_S:
-                    os.unlink(entry.path)
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return removed, unmatched
+    for entry in entries:
+        if entry.name in keep:
+            continue
+        match = next((m for p in patterns if (m := p.fullmatch(entry.name))), None)
+        if match is None:
+            unmatched.append(entry.name)
+            continue
+        with contextlib.suppress(OSError):
+            if _stale(entry, match.group(1), now):
+                os.unlink(entry.path)
+                removed.append(entry.name)
+    return removed, unmatched
+
+
+def _stale(entry: os.DirEntry[str], pid: str, now: float) -> bool:
+    return (
+        entry.is_file(follow_symlinks=False)
+        and not (pid and _pid_alive(int(pid)))
+        and now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_S
+    )
 
 
 def save_merged(
@@ -126,7 +157,8 @@ def save_merged(
         data = build(existing)
         if data != existing:
             write_atomic(target, data)
-        _remove_stale_temps(target)
+        folder, name = os.path.split(os.path.abspath(target))
+        remove_stale_temps(folder, [temp_pattern(name)])
 
 
 def _refuse_to_replace(target: str) -> None:

@@ -226,7 +226,7 @@ class CacheDirectory(FolderFiles):
         """Remove orphaned and outdated files and apply the size cap over every key.
 
         Only files named by asyncvk's scheme and unaccounted for by an index (or temp files of
-        a dead writer, over an hour old) are removed; every other file is left and listed.
+        a dead writer, over ``STALE_TEMP_S`` old) are removed; every other file is left and listed.
         """
         report = PruneReport()
         if not self.path.is_dir():

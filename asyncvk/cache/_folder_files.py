@@ -13,7 +13,6 @@ import hashlib
 import logging
 import os
 import re
-import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..gpu._identity import DeviceIdentity
-from ._atomic_file import _pid_alive, write_atomic
+from ._atomic_file import remove_stale_temps, temp_pattern, write_atomic
 from ._file_format import describe_cache
 from ._index import (
     IndexEntry,
@@ -43,7 +42,6 @@ log = logging.getLogger("asyncvk.cache")
 
 DEFAULT_MAX_BYTES = 1 << 30
 LOCK_TIMEOUT_S = 60.0
-STALE_TEMP_S = 3600.0  # a temp file this old whose writer is gone is an orphan of a crash
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -60,11 +58,6 @@ def key_stem(graph_key: str) -> str:
 
 def _cache_file_pattern(stem: str) -> re.Pattern[str]:
     return re.compile(re.escape(stem) + r"_\d{8}T\d{6}_[0-9a-z_]+\.vkcache")
-
-
-def _temp_pattern(name: str) -> re.Pattern[str]:
-    """``write_atomic``'s temp names for ``name``: ``.<name>.<pid>.<32 hex>.tmp``."""
-    return re.compile(rf"\.{re.escape(name)}\.(\d+)\.[0-9a-f]{{32}}\.tmp")
 
 
 def device_entry(identity: DeviceIdentity) -> dict[str, Any]:
@@ -277,21 +270,8 @@ class FolderFiles:
         return live
 
     def _prune_temps(self, ours: set[str], report: PruneReport) -> None:
-        now = time.time()
-        temps = [_temp_pattern(name) for name in ours if name.endswith((".idx", ".vkcache"))]
+        temps = [temp_pattern(name) for name in ours if name.endswith((".idx", ".vkcache"))]
         temps.append(re.compile(r"\.probe\.()[0-9a-f]{16}"))  # a probe of a killed process
-        for entry in sorted(os.scandir(self.path), key=lambda e: e.name):
-            if entry.name in ours:
-                continue
-            match = next((m for p in temps if (m := p.fullmatch(entry.name))), None)
-            st = entry.stat(follow_symlinks=False)
-            if (
-                match is not None
-                and entry.is_file(follow_symlinks=False)
-                and not (match.group(1) and _pid_alive(int(match.group(1))))
-                and now - st.st_mtime > STALE_TEMP_S
-            ):
-                self._remove(entry.name)
-                report.removed.append(entry.name)
-            elif match is None:
-                report.left.append(entry.name)
+        removed, unmatched = remove_stale_temps(str(self.path), temps, keep=ours)
+        report.removed.extend(removed)
+        report.left.extend(unmatched)
