@@ -11,7 +11,7 @@ from layer_checks import FakeModelBin, forward_checked
 from asyncvk.layers import layer_class
 from asyncvk.layers._paramdict import ParamDict
 from asyncvk.layers.activation import fused_activation
-from asyncvk.layers.cpu.misc import Input, MemoryData
+from asyncvk.layers.inputs import Input, MemoryData
 from asyncvk.layers.normalization import BatchNorm
 
 RNG = np.random.default_rng(7767517)

@@ -10,9 +10,9 @@ import pytest
 from layer_checks import forward_checked
 
 import asyncvk.layers.borders
-import asyncvk.layers.cpu.shape
 import asyncvk.layers.data_movement
-import asyncvk.layers.resample  # noqa: F401  (registers the shape layers)
+import asyncvk.layers.resample
+import asyncvk.layers.reshape  # noqa: F401  (registers the shape layers)
 from asyncvk.layers import Layer, layer_class
 from asyncvk.layers._paramdict import ParamDict
 

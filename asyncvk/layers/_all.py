@@ -8,9 +8,10 @@ from . import (  # noqa: F401
     data_movement,
     deconvolution,
     innerproduct,
+    inputs,
     normalization,
     pooling,
     reduction,
     resample,
+    reshape,
 )
-from .cpu import _all as _cpu_all  # noqa: F401

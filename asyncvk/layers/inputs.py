@@ -6,21 +6,10 @@ import math
 
 import numpy as np
 
-from .._base import BlobCount, Layer, ModelBin
-from .._limits import MAX_EXTENT, check_elements, check_params
-from .._paramdict import ParamDict
-from .._registry import register_layer
-
-
-def _read_dims(layer: Layer, pd: ParamDict) -> tuple[int, int, int, int]:
-    """Params 0 w, 1 h, 11 d, 2 c: each >= 0 (0 = absent) and within MAX_EXTENT."""
-    dims = [(0, "w", pd.get_int(0, 0)), (1, "h", pd.get_int(1, 0))]
-    dims += [(11, "d", pd.get_int(11, 0)), (2, "c", pd.get_int(2, 0))]
-    check_params(layer.type_name, MAX_EXTENT, *dims)
-    for key, name, value in dims:
-        if value < 0:
-            raise ValueError(f"{layer.type_name} param {key} ({name}) = {value} must be >= 0")
-    return dims[0][2], dims[1][2], dims[2][2], dims[3][2]
+from ._base import BlobCount, Layer, ModelBin
+from ._limits import MAX_EXTENT, check_elements
+from ._registry import register_layer
+from ._schema import Param
 
 
 def _shape_from(w: int, h: int, d: int, c: int) -> tuple[int, ...]:
@@ -34,19 +23,27 @@ def _shape_from(w: int, h: int, d: int, c: int) -> tuple[int, ...]:
     return (w,)
 
 
-@register_layer("Input")
-class Input(Layer):
-    """0 w, 1 h, 11 d, 2 c: a shape hint only; the blob fed by the caller passes through."""
+class _Sized(Layer):
+    """Params 0 w, 1 h, 11 d, 2 c: each >= 0 (0 = absent) and within MAX_EXTENT."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = self.h = self.d = self.c = 0
+    w = Param(0, int, 0, limit=MAX_EXTENT)
+    h = Param(1, int, 0, limit=MAX_EXTENT)
+    d = Param(11, int, 0, limit=MAX_EXTENT)
+    c = Param(2, int, 0, limit=MAX_EXTENT)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.w, self.h, self.d, self.c = _read_dims(self, pd)
+    def validate(self) -> None:
+        for p in (_Sized.w, _Sized.h, _Sized.d, _Sized.c):
+            value = getattr(self, p.name)
+            if value < 0:
+                raise ValueError(f"{self.type_name} param {p.id} ({p.name}) = {value} must be >= 0")
 
     def blob_counts(self) -> tuple[BlobCount, BlobCount]:
         return (0, 0), (1, 1)
+
+
+@register_layer("Input")
+class Input(_Sized):
+    """0 w, 1 h, 11 d, 2 c: a shape hint only; the blob fed by the caller passes through."""
 
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         if input_shapes:
@@ -60,40 +57,39 @@ class Input(Layer):
 
 
 @register_layer("MemoryData")
-class MemoryData(Layer):
+class MemoryData(_Sized):
     """0 w, 1 h, 11 d, 2 c, 21 load_type(1): a constant blob stored in the weights."""
+
+    load_type = Param(21, int, 1)
 
     one_blob_only = False
 
     def __init__(self) -> None:
         super().__init__()
-        self.w = self.h = self.d = self.c = 0
-        self.load_type = 1
         self.data = np.zeros(1, np.float32)
 
-    def load_param(self, pd: ParamDict) -> None:
-        self.w, self.h, self.d, self.c = _read_dims(self, pd)
-        self.load_type = pd.get_int(21, 1)
+    def validate(self) -> None:
+        super().validate()
         if self.load_type not in (0, 1):
             raise ValueError(f"MemoryData: param 21 load_type={self.load_type} must be 0 or 1")
         check_elements(math.prod(self.shape), "MemoryData's blob")
 
-    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
-        return (0, 0), (1, 1)
+    @property
+    def _empty(self) -> bool:
+        return self.w == self.h == self.d == self.c == 0
 
     @property
     def shape(self) -> tuple[int, ...]:
-        if self.w == self.h == self.d == self.c == 0:
+        if self._empty:
             return (1,)  # ncnn creates an (uninitialised) 1-element Mat; we give 0
         return _shape_from(self.w, self.h, self.d, self.c)
 
     def load_model(self, mb: ModelBin) -> None:
-        shape = self.shape
-        if self.w == self.h == self.d == self.c == 0:
+        if self._empty:
             self.data = np.zeros(1, np.float32)
             return
-        n = int(np.prod(shape))
-        self.data = np.asarray(mb.load(n, self.load_type), np.float32).reshape(shape)
+        shape = self.shape
+        self.data = np.asarray(mb.load(math.prod(shape), self.load_type), np.float32).reshape(shape)
 
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         return [self.shape]

@@ -1,1 +1,0 @@
-"""numpy reference implementations (the CPU path) of ncnn layers."""

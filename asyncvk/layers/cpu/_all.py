@@ -1,3 +1,0 @@
-"""Import every CPU layer module so each registers itself."""
-
-from . import misc, shape  # noqa: F401

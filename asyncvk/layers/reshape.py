@@ -1,0 +1,95 @@
+"""Reshape and Flatten: the same data under another shape, as ncnn's reshape.cpp and
+flatten.cpp. On the GPU they are free: blobs are contiguous, so the output shares the input's
+bytes (:class:`~._base.ShareInputOnGpu`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._base import ShareInputOnGpu
+from ._limits import MAX_EXTENT
+from ._registry import register_layer
+from ._schema import Param
+from ._vulkan import Shape, shape4
+
+_ABSENT = -233
+
+
+@register_layer("Reshape")
+class Reshape(ShareInputOnGpu):
+    """Reinterpret the data with a new shape: w (0), h (1), d (11), c (2); 0 copies the input
+    dim, -1 infers it, -233 drops it (and every dim after it in c, d, h order)."""
+
+    w = Param(0, int, _ABSENT, limit=MAX_EXTENT)
+    h = Param(1, int, _ABSENT, limit=MAX_EXTENT)
+    d = Param(11, int, _ABSENT, limit=MAX_EXTENT)
+    c = Param(2, int, _ABSENT, limit=MAX_EXTENT)
+    shape_expr = Param(6, str)
+    #: the batch axis params: refused unless left at ncnn's 233
+    batch_axis_in = Param(12, int, 233)
+    batch_axis_out = Param(13, int, 233)
+
+    def validate(self) -> None:
+        if self.shape_expr:
+            raise ValueError("Reshape: param 6 shape_expr unsupported")
+        if self.batch_axis_in != 233 or self.batch_axis_out != 233:
+            raise ValueError("Reshape: params 12/13 (batch axis) unsupported")
+        if self.w == _ABSENT:
+            raise ValueError("Reshape: param 0 w must be given")
+        sizes = (Reshape.w, Reshape.h, Reshape.d, Reshape.c)
+        for p in sizes:
+            value = getattr(self, p.name)
+            if value < -1 and value != _ABSENT:
+                raise ValueError(
+                    f"Reshape: param {p.id} ({p.name}) = {value}: a size is > 0, 0 (keep), "
+                    "-1 (infer) or -233 (absent)"
+                )
+        if sum(1 for p in sizes if getattr(self, p.name) == -1) > 1:
+            raise ValueError("Reshape: params 0/1/11/2: only one size can be -1 (inferred)")
+
+    @property
+    def ndim(self) -> int:
+        """The output's dims: the first absent size of h, c, d ends it."""
+        if self.h == _ABSENT:
+            return 1
+        if self.c == _ABSENT:
+            return 2
+        return 3 if self.d == _ABSENT else 4
+
+    def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
+        shape = tuple(input_shapes[0])
+        given = shape4(shape)  # (w, h, d, c)
+        total = math.prod(given)
+        wanted = [g if v == 0 else v for v, g in zip(self._whdc(), given, strict=True)]
+        # numpy order, the absent dims dropped: (w,), (h, w), (c, h, w), (c, d, h, w)
+        w, h, d, c = wanted
+        dims = {1: [w], 2: [h, w], 3: [c, h, w], 4: [c, d, h, w]}[self.ndim]
+        if -1 in dims:
+            known = math.prod(n for n in dims if n != -1)
+            dims[dims.index(-1)] = total // known
+        out = tuple(dims)
+        if min(out) <= 0 or math.prod(out) != total:
+            raise ValueError(f"Reshape: cannot reshape {shape} to {out}")
+        return [out]
+
+    def _whdc(self) -> tuple[int, int, int, int]:
+        return (self.w, self.h, self.d, self.c)
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        x = np.asarray(inputs[0], dtype=np.float32)
+        (out,) = self.output_shapes([x.shape])
+        return [x.reshape(out).copy()]
+
+
+@register_layer("Flatten")
+class Flatten(ShareInputOnGpu):
+    """All data as one 1-D blob, in c, d, h, w order."""
+
+    def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
+        return [(math.prod(input_shapes[0]),)]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(inputs[0], dtype=np.float32).reshape(-1).copy()]
