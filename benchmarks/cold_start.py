@@ -135,6 +135,7 @@ def measure(
     ncnn: bool,
     variants: dict[str, Path],
     timeout: float,
+    python: str = sys.executable,
 ) -> dict[str, Any]:
     meta = json.loads((folder / "meta.json").read_text())
     param, model, inp = (str(folder / f) for f in ("model.param", "model.bin", "input.npy"))
@@ -143,7 +144,7 @@ def measure(
     for _ in range(runs):
         if ncnn:
             argv = [
-                sys.executable,
+                python,
                 "-c",
                 NCNN_CHILD,
                 param,
@@ -160,7 +161,7 @@ def measure(
             )
             with tempfile.TemporaryDirectory() as tmp:
                 argv = [
-                    sys.executable, "-m", "asyncvk", "run", param, model,
+                    python, "-m", "asyncvk", "run", param, model,
                     "--input", f"{meta['input']}={inp}", "--output", meta["output"],
                     "--cache", str(Path(tmp) / "model.vkcache"), "--json",
                 ]  # fmt: skip
@@ -186,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=SOURCE_ROOT")
     parser.add_argument("--no-ncnn", action="store_true")
+    parser.add_argument(
+        "--python", default=sys.executable, help="the children's interpreter (default: this one)"
+    )
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -216,16 +220,18 @@ def main(argv: list[str] | None = None) -> int:
         "device": info.device_name,
         "driver": f"{info.driver_name} {info.driver_info}",
         "cpu_count": os.cpu_count(),
-        "python": sys.version.split()[0],
+        "python": args.python,
         "runs": args.runs,
         "ncnn": have_ncnn,
         "variants": {k: str(v) for k, v in variants.items()},
         "models": [],
     }
     for folder in folders:
-        row = measure(folder, args.runs, have_ncnn, variants, args.timeout)
+        row = measure(folder, args.runs, have_ncnn, variants, args.timeout, args.python)
         report["models"].append(row)
         print(json.dumps(_brief(row)), file=sys.stderr, flush=True)
+        if args.out:  # what is done so far survives a run cut short
+            Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     emit(report, args.out)
     return 0
 

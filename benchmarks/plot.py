@@ -19,8 +19,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 SERIES = [
     ("ncnn_cold", "ncnn cold"),
     ("asyncvk_cold", "asyncvk cold"),
-    ("asyncvk_warm_file", "asyncvk warm (file)"),
-    ("asyncvk_warm_process", "asyncvk warm (process)"),
+    ("asyncvk_warm", "asyncvk warm (cache file)"),
 ]
 
 
@@ -36,12 +35,12 @@ def main() -> int:
     ):
         data = json.loads((RESULTS / name).read_text())
         models = [m["model"] for m in data["models"]]
-        width = 0.2
+        width = 0.27
         for i, (key, label) in enumerate(SERIES):
-            values = [m[key]["ttfr_s"] or 0 for m in data["models"]]
-            ax.bar([x + (i - 1.5) * width for x in range(len(models))], values, width, label=label)
+            values = [m[key].get("first_output_s") or 0 for m in data["models"]]
+            ax.bar([x + (i - 1) * width for x in range(len(models))], values, width, label=label)
         ax.set_xticks(range(len(models)), models, rotation=20)
-        ax.set_ylabel("time to first result (s)")
+        ax.set_ylabel("process start to first output (s)")
         ax.set_title(f"{title}: median of {data['runs']} fresh processes")
         ax.legend(fontsize=8)
     fig.tight_layout()

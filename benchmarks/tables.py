@@ -17,51 +17,41 @@ def _load(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def cold_start(device: str) -> str:
-    data = _load(f"cold_start_{device}.json")
+def cold_start(name: str) -> str:
+    """Process start to first output and to exit, per model: ncnn cold, asyncvk cold and warm,
+    then where asyncvk's cold process spends it (from its own clock marks)."""
+    data = _load(name)
     if data is None:
         return ""
     rows = [
-        "| model | ncnn cold | asyncvk cold | asyncvk warm file | warm process "
-        "| GPU setup / load_model cold / warm / first inference ms "
-        "| pipelines / GLSL cold / warm |",
+        "| model | ncnn cold | asyncvk cold | asyncvk warm | exit cold / warm "
+        "| cold: imports done / device open / load_param / load_model / first inference ms "
+        "| warm load_model ms |",
         "|---|---|---|---|---|---|---|",
     ]
+
+    def s(row: dict[str, Any], key: str) -> str:
+        v = row.get(key)
+        return "-" if v is None else f"{v:.3f} s"
+
+    def ms(row: dict[str, Any], key: str) -> str:
+        v = row.get(key)
+        return "-" if v is None else f"{v * 1000:.0f}"
+
     for m in data["models"]:
-        n, c, w, p = (
-            m[k] for k in ("ncnn_cold", "asyncvk_cold", "asyncvk_warm_file", "asyncvk_warm_process")
-        )
-
-        def ms(v: float | None) -> str:
-            return "-" if v is None else f"{v * 1000:.0f}"
-
+        n, c, w = (m.get(k, {}) for k in ("ncnn_cold", "asyncvk_cold", "asyncvk_warm"))
+        if c.get("first_output_s") is None:
+            why = (c.get("errors") or ["-"])[0].split(": ")[-1]
+            rows.append(f"| {m['model']} | {s(n, 'first_output_s')} | not run: {why} | | | | |")
+            continue
         rows.append(
-            f"| {m['model']} | {n['ttfr_s']:.2f} s | {c['ttfr_s']:.3f} s "
-            f"(**{c['speedup_vs_ncnn_cold']}x**) | {w['ttfr_s']:.3f} s "
-            f"(**{w['speedup_vs_ncnn_cold']}x**) | {p['ttfr_s']:.3f} s "
-            f"| {ms(w.get('gpu_setup_s'))} / {ms(c['load_model_s'])} / {ms(w['load_model_s'])} "
-            f"/ {ms(w.get('infer_s'))} "
-            f"| {c['pipelines_created']} / {c['spirv_compiled']} / {w['spirv_compiled']} |"
-        )
-    return "\n".join(rows)
-
-
-def warm_budget(device: str = "h100") -> str:
-    """The 30x goal against what the driver alone takes before any asyncvk work."""
-    data = _load(f"cold_start_{device}.json")
-    if data is None:
-        return ""
-    rows = [
-        "| model | ncnn cold | 30x budget | asyncvk warm file | of which GPU setup "
-        "| load_param + load_model + first inference |",
-        "|---|---|---|---|---|---|",
-    ]
-    for m in data["models"]:
-        n, w = m["ncnn_cold"]["ttfr_s"], m["asyncvk_warm_file"]
-        rest = w["load_param_s"] + w["load_model_s"] + w["infer_s"]
-        rows.append(
-            f"| {m['model']} | {n:.2f} s | {n / 30 * 1000:.0f} ms | {w['ttfr_s'] * 1000:.0f} ms "
-            f"| {w['gpu_setup_s'] * 1000:.0f} ms | {rest * 1000:.0f} ms |"
+            f"| {m['model']} | {s(n, 'first_output_s')} "
+            f"| {s(c, 'first_output_s')} (**{c.get('speedup_vs_ncnn_cold', '-')}x**) "
+            f"| {s(w, 'first_output_s')} (**{w.get('speedup_vs_ncnn_cold', '-')}x**) "
+            f"| {s(c, 'wall_s')} / {s(w, 'wall_s')} "
+            f"| {ms(c, 'kernel_imports_done_s')} / {ms(c, 'kernel_device_opened_s')} / "
+            f"{ms(c, 'load_param_s')} / {ms(c, 'load_model_s')} / {ms(c, 'infer_s')} "
+            f"| {ms(w, 'load_model_s')} |"
         )
     return "\n".join(rows)
 
@@ -197,8 +187,8 @@ def shape_hints() -> str:
 
 
 if __name__ == "__main__":
-    print("H100\n\n" + cold_start("h100") + "\n\nlavapipe\n\n" + cold_start("lavapipe"))
-    print("\n" + warm_budget())
+    for name in ("cold_start_h100.json", "cold_start_suite_h100.json", "cold_start_lavapipe.json"):
+        print(f"{name}\n\n{cold_start(name)}\n")
     print("\n" + latency())
     print("\n" + load_profile("h100"))
     print("\n" + compile_threads())
