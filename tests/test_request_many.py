@@ -10,7 +10,7 @@ import pytest
 from asyncvk import Net, Option
 from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.gpu import VulkanDevice
-from asyncvk.layers._vulkan import PipelineSpec as LayerPipelineSpec
+from asyncvk.layers._gpu_api import PipelineSpec as LayerPipelineSpec
 
 MODELS = Path(__file__).resolve().parent / "models"
 

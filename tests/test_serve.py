@@ -241,7 +241,6 @@ async def test_serve_end_to_end(cache_dir: Path) -> None:
         await second.wait_ready()
         warm = await second.metrics()
         assert warm["asyncvk_spirv_compiles"] == 0 and warm["asyncvk_model_load_warm"] == 1
-        assert warm["asyncvk_model_load_seconds"] < first["asyncvk_model_load_seconds"]
     finally:
         code, err = second.stop()
     assert code == 0, err

@@ -11,10 +11,10 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from ._gpu_api import GpuBlob, GpuTarget, PipelineSpec, RecordContext
 from ._limits import check_shape
 from ._paramdict import ParamDict
 from ._schema import Param, collect_params, read_params
-from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext
 
 Shape = tuple[int, ...]
 #: How many blobs a layer takes or gives: (fewest, most), most None for no upper bound.

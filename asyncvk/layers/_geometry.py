@@ -1,5 +1,6 @@
-"""Blob geometry shared by the 2-D layers (Convolution family, Pooling): ncnn's (c, h, w)
-view of a blob, its SAME padding split, copy_make_border and im2col, in numpy."""
+"""Blob geometry: ncnn's (w, h, d, c) of any blob (``shape4``) and, for the 2-D layers
+(Convolution family, Pooling), ncnn's (c, h, w) view of a blob, its SAME padding split,
+copy_make_border and im2col, in numpy."""
 
 from __future__ import annotations
 
@@ -94,3 +95,16 @@ def im2col(
         writeable=False,
     )
     return np.ascontiguousarray(view)
+
+
+def shape4(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """ncnn's ``(w, h, d, c)`` of a CPU-layout shape, with 1 for missing dims (as ncnn::Mat)."""
+    if len(shape) == 1:
+        return (shape[0], 1, 1, 1)
+    if len(shape) == 2:
+        return (shape[1], shape[0], 1, 1)
+    if len(shape) == 3:
+        return (shape[2], shape[1], 1, shape[0])
+    if len(shape) == 4:
+        return (shape[3], shape[2], shape[1], shape[0])
+    raise ValueError(f"blobs have 1 to 4 dims, got {shape}")

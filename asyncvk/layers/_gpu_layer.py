@@ -6,14 +6,10 @@ can ask for its pipelines, weights and dispatches without passing the target eac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from ._base import Layer, Shape
-from ._paramdict import ParamDict
-from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext, VulkanLayer
-from ._vulkan import vulkan_layer_class as _legacy_class
+from ._gpu_api import GpuBlob, GpuTarget, PipelineSpec, RecordContext
 
 
 class GpuLayer:
@@ -45,13 +41,6 @@ class GpuLayer:
         return f"<GpuLayer {self.layer!r}>"
 
 
-def bind_gpu(
-    layer: Layer, target: GpuTarget, params: ParamDict, weight_data: Sequence[np.ndarray]
-) -> GpuLayer | VulkanLayer | None:
+def bind_gpu(layer: Layer, target: GpuTarget) -> GpuLayer | None:
     """The GPU side of ``layer`` on ``target``, or None for a CPU-only type."""
-    if type(layer).gpu:
-        return GpuLayer(layer, target)
-    legacy = _legacy_class(layer.type_name)
-    if legacy is None:
-        return None
-    return legacy(layer, target.options, target.info, params, weight_data)
+    return GpuLayer(layer, target) if type(layer).gpu else None

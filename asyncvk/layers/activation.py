@@ -13,9 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ._base import BlobCount, Layer, ShareInputOnGpu
-from ._registry import register_layer
-from ._schema import Param
-from ._vulkan import (
+from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
@@ -24,6 +22,8 @@ from ._vulkan import (
     local_size_1d,
     pack_push,
 )
+from ._registry import register_layer
+from ._schema import Param
 
 FLT_MAX = float(np.finfo(np.float32).max)
 _SIGMOID_CLAMP = np.float32(88.3762626647949)

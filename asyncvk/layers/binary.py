@@ -17,10 +17,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ._base import BlobCount, Layer
-from ._paramdict import ParamDict
-from ._registry import register_layer
-from ._schema import Param, floats
-from ._vulkan import (
+from ._geometry import shape4
+from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
@@ -29,8 +27,10 @@ from ._vulkan import (
     groups_1d,
     local_size_1d,
     pack_push,
-    shape4,
 )
+from ._paramdict import ParamDict
+from ._registry import register_layer
+from ._schema import Param, floats
 
 _F32 = np.float32
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from ._base import BlobCount, ModelBin
+from ._geometry import shape4
+from ._gpu_api import Shape
 from ._limits import MAX_CHANNELS, MAX_EXTENT, MAX_PAD
 from ._registry import register_layer
 from ._schema import Param, ints
-from ._vulkan import Shape, shape4
 from .data_movement import GatherOnGpu
 
 _F32 = np.float32

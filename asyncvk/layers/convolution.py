@@ -23,10 +23,7 @@ from ._geometry import (
     im2col,
     same_pads,
 )
-from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS, MAX_KERNEL, MAX_PAD, MAX_STRIDE
-from ._registry import register_layer
-from ._schema import Param, floats
-from ._vulkan import (
+from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
@@ -34,6 +31,9 @@ from ._vulkan import (
     blobs_and_weights,
     pack_push,
 )
+from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS, MAX_KERNEL, MAX_PAD, MAX_STRIDE
+from ._registry import register_layer
+from ._schema import Param, floats
 from .activation import fused_activation, validate_activation
 
 #: im2col columns made at once (elements): a large input is convolved in bands of rows.

@@ -18,10 +18,8 @@ import numpy as np
 
 from ..gpu._memory import Buffer
 from ._base import BlobCount, Layer, ShareInputOnGpu
-from ._limits import MAX_CHANNELS, MAX_STRIDE
-from ._registry import register_layer
-from ._schema import Param, ints
-from ._vulkan import (
+from ._geometry import shape4
+from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
@@ -30,8 +28,10 @@ from ._vulkan import (
     groups_1d,
     local_size_1d,
     pack_push,
-    shape4,
 )
+from ._limits import MAX_CHANNELS, MAX_STRIDE
+from ._registry import register_layer
+from ._schema import Param, ints
 
 _F32 = np.float32
 _EXACT = 1 << 22  # float32 holds k + 0.5 exactly below 2^23

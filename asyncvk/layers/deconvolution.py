@@ -8,10 +8,7 @@ import math
 import numpy as np
 
 from ._geometry import SAME_LOWER, SAME_UPPER, as_chw, chw_shape, same_pads
-from ._limits import MAX_CHANNELS, MAX_EXTENT, MAX_PAD, check_elements
-from ._registry import register_layer
-from ._schema import Param
-from ._vulkan import (
+from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
@@ -19,6 +16,9 @@ from ._vulkan import (
     blobs_and_weights,
     pack_push,
 )
+from ._limits import MAX_CHANNELS, MAX_EXTENT, MAX_PAD, check_elements
+from ._registry import register_layer
+from ._schema import Param
 from .convolution import ConvParams
 
 

@@ -6,10 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._base import Layer, ModelBin, Shape
-from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS
-from ._registry import register_layer
-from ._schema import Param, floats
-from ._vulkan import (
+from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
@@ -17,6 +14,9 @@ from ._vulkan import (
     blobs_and_weights,
     pack_push,
 )
+from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS
+from ._registry import register_layer
+from ._schema import Param, floats
 from .activation import fused_activation, validate_activation
 from .convolution import gpu_activation
 

@@ -12,10 +12,7 @@ import math
 import numpy as np
 
 from ._base import BlobCount, Layer, ModelBin
-from ._limits import MAX_CHANNELS
-from ._registry import register_layer
-from ._schema import Param
-from ._vulkan import (
+from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
@@ -25,6 +22,9 @@ from ._vulkan import (
     local_size_1d,
     pack_push,
 )
+from ._limits import MAX_CHANNELS
+from ._registry import register_layer
+from ._schema import Param
 
 
 def _per_axis0(values: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -14,10 +14,10 @@ import numpy as np
 
 from ._base import Layer, Shape
 from ._geometry import as_chw, border, same_pads
+from ._gpu_api import GpuBlob, GpuTarget, PipelineSpec, RecordContext, pack_push
 from ._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE
 from ._registry import register_layer
 from ._schema import Param
-from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext, pack_push
 
 POOL_MAX = 0
 POOL_AVE = 1

@@ -17,9 +17,7 @@ import math
 import numpy as np
 
 from ._base import Layer
-from ._registry import register_layer
-from ._schema import Param, ints
-from ._vulkan import (
+from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
@@ -28,6 +26,8 @@ from ._vulkan import (
     local_size_1d,
     pack_push,
 )
+from ._registry import register_layer
+from ._schema import Param, ints
 
 _F32 = np.float32
 _FLT_MIN = np.finfo(np.float32).tiny

@@ -13,10 +13,11 @@ import math
 import numpy as np
 
 from ._base import BlobCount, Layer
+from ._geometry import shape4
+from ._gpu_api import GpuBlob, GpuTarget, PipelineSpec, RecordContext, Shape, pack_push
 from ._limits import MAX_EXTENT
 from ._registry import register_layer
 from ._schema import Param
-from ._vulkan import GpuBlob, GpuTarget, PipelineSpec, RecordContext, Shape, pack_push, shape4
 
 _F32 = np.float32
 

@@ -10,10 +10,11 @@ import math
 import numpy as np
 
 from ._base import ShareInputOnGpu
+from ._geometry import shape4
+from ._gpu_api import Shape
 from ._limits import MAX_EXTENT
 from ._registry import register_layer
 from ._schema import Param
-from ._vulkan import Shape, shape4
 
 _ABSENT = -233
 

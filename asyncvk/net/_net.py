@@ -26,9 +26,9 @@ from ..cache._spec import PipelineSpec
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._base import Layer
+from ..layers._gpu_api import GpuTarget
 from ..layers._gpu_layer import GpuLayer, bind_gpu
 from ..layers._registry import layer_class, layer_types
-from ..layers._vulkan import GpuTarget, VulkanLayer
 from ..shader._options import ShaderOptions
 from ._modelbin import ModelBinReader
 from ._option import Option
@@ -51,8 +51,7 @@ class _Node:
     tops: list[int]
     line: int
     params: Any = None
-    weight_data: list[np.ndarray] = field(default_factory=list)
-    vulkan: GpuLayer | VulkanLayer | None = None
+    vulkan: GpuLayer | None = None
     pipelines: dict[str, PipelineArtifact] = field(default_factory=dict)
     #: Shape-baked pipelines by (pipeline key, push bytes): see ``_shape_hints``.
     baked: dict[tuple[str, bytes], PipelineArtifact] = field(default_factory=dict)
@@ -70,19 +69,6 @@ class LoadStatistics:
     shape_baked_pipelines: int = 0
     gpu_layers: int = 0
     cpu_layers: int = 0
-
-
-class _RecordingBin:
-    """A ModelBin that remembers what each layer read, in order (for its GPU twin)."""
-
-    def __init__(self, inner: ModelBinReader) -> None:
-        self.inner = inner
-        self.arrays: list[np.ndarray] = []
-
-    def load(self, w: int, type: int) -> np.ndarray:
-        array = self.inner.load(w, type)
-        self.arrays.append(array)
-        return array
 
 
 class Net:
@@ -365,10 +351,8 @@ class Net:
         assert self.param is not None
         for node in self.nodes:
             reader.current_layer = node.layer.name
-            recording = _RecordingBin(reader)
             try:
-                node.layer.load_model(recording)
-                node.weight_data = recording.arrays
+                node.layer.load_model(reader)
             except ModelFormatError:
                 raise
             except Exception as exc:
@@ -422,7 +406,7 @@ class Net:
             if node.layer.featmask & _FEATMASK_NO_VULKAN:
                 continue
             try:
-                node.vulkan = bind_gpu(node.layer, target, node.params, node.weight_data)
+                node.vulkan = bind_gpu(node.layer, target)
                 if node.vulkan is not None:
                     node.vulkan.pipeline_specs()
             except Exception as exc:  # a GPU layer reads the params too: same rule

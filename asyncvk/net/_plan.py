@@ -24,7 +24,7 @@ from .._errors import AsyncVkError
 from .._input_limits import check_plan_fits
 from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer, MemoryKind
-from ..layers._vulkan import GpuBlob
+from ..layers._gpu_api import GpuBlob
 
 if TYPE_CHECKING:
     from ._net import Net, _Node

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..layers._gpu_api import GpuBlob
 from ..layers._gpu_layer import GpuLayer
-from ..layers._vulkan import GpuBlob, VulkanLayer
 from ._param_parser import SHAPE_HINTS_ID, ParamFile, parse_param_text
 
 Shape = tuple[int, ...]
@@ -178,7 +178,7 @@ class _CaptureContext:
 
 
 def capture_dispatches(
-    layer: GpuLayer | VulkanLayer, info: Any, inputs: Sequence[Shape], outputs: Sequence[Shape]
+    layer: GpuLayer, info: Any, inputs: Sequence[Shape], outputs: Sequence[Shape]
 ) -> list[tuple[str, bytes]]:
     """What ``layer`` dispatches for these shapes, or [] when it cannot be captured."""
     if layer.alias:
