@@ -195,3 +195,41 @@ def test_timestamps_never_collide(tmp_path: Path, key: str) -> None:
         assert path is not None
         names.add(path.name)
     assert len(names) == 20
+
+
+def test_devices_that_differ_only_where_the_file_header_looks_coexist(tmp_path: Path) -> None:
+    """One definition of "same device" (DeviceIdentity.same_device) for files and the index:
+    a driver_id, api_version or driver name of its own is another device in both."""
+    directory = CacheDirectory(tmp_path)
+    others = [
+        dataclasses.replace(IDENTITY, driver_id=IDENTITY.driver_id + 1),
+        dataclasses.replace(IDENTITY, api_version=IDENTITY.api_version + 1),
+        dataclasses.replace(IDENTITY, driver_name=IDENTITY.driver_name + " (fork)"),
+    ]
+    stored = {
+        ident: directory.store("m", ident, "fp", _data(ident)) for ident in [IDENTITY, *others]
+    }
+    assert len(set(stored.values())) == 4 and None not in stored.values()
+    for ident, path in stored.items():
+        assert directory.lookup("m", ident, "fp").path == path
+
+
+def test_an_index_of_the_previous_version_is_rebuilt_and_served(tmp_path: Path) -> None:
+    directory = CacheDirectory(tmp_path)
+    stored = directory.store("m", IDENTITY, "fp", _data(IDENTITY))
+    assert stored is not None
+    index = json.loads((tmp_path / "m.idx").read_text())
+    index["asyncvk_cache_index"] = 2  # version 2 kept 5 device fields
+    for entry in index["entries"]:
+        entry["device"] = {
+            k: entry["device"][k]
+            for k in (
+                "vendor_id",
+                "device_id",
+                "driver_version",
+                "pipeline_cache_uuid",
+                "device_name",
+            )
+        }
+    (tmp_path / "m.idx").write_text(json.dumps(index))
+    assert directory.lookup("m", IDENTITY, "fp").path == stored

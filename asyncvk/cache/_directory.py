@@ -39,7 +39,6 @@ from ._folder_files import (
     CacheDirectoryWarning,
     FolderFiles,
     PruneReport,
-    _same_device,
     device_entry,
     key_stem,
 )
@@ -104,7 +103,7 @@ class CacheDirectory(FolderFiles):
         write = self.writable and ours
         if write:
             entries = self._sweep(graph_key, entries)
-        mine = [e for e in entries if _same_device(e.device, device_entry(identity))]
+        mine = [e for e in entries if identity.same_device(e.device)]
         if not mine:
             return Lookup(None, "no cache for this device and driver yet")
         entry = max(mine, key=lambda e: e.last_used)
@@ -153,7 +152,7 @@ class CacheDirectory(FolderFiles):
                     raise UnsafePathError(errno.EEXIST, self.problems[-1])
                 entries = self._sweep(graph_key, entries)
                 device = device_entry(identity)
-                old = [e for e in entries if _same_device(e.device, device)]
+                old = [e for e in entries if identity.same_device(e.device)]
                 same = next((e for e in old if e.model_fingerprint in (None, fingerprint)), None)
                 current = self._read_cache_file(same.file) if same is not None else None
                 content = _merged(data, current, identity)

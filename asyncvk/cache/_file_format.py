@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..gpu._identity import DeviceIdentity
+from ..gpu._identity import DeviceIdentity, name_hash
 from ._keys import SpirvKey
 
 if TYPE_CHECKING:
@@ -104,12 +104,6 @@ def entry_hash(
     h.update(raw_name)
     h.update(body)
     return h.digest()
-
-
-def name_hash(text: str) -> int:
-    """blake2b-64 of a name: the file stores names only as hashes, as identity, not for display."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
 
 
 def _version_field(version: str) -> bytes:
@@ -315,31 +309,14 @@ def _header_identity(h: Mapping[str, Any]) -> DeviceIdentity:
 
 
 def _identity_mismatch(h: Mapping[str, Any], ident: DeviceIdentity) -> str | None:
-    checks: list[tuple[str, Any, Any]] = [
-        ("vendor_id", h["vendor_id"], ident.vendor_id),
-        ("device_id", h["device_id"], ident.device_id),
-        ("api_version", h["api_version"], ident.api_version),
-        ("driver_version", h["driver_version"], ident.driver_version),
-        ("driver_id", h["driver_id"], ident.driver_id),
-        ("device_name_hash", h["device_name_hash"], name_hash(ident.device_name)),
-        ("driver_name_hash", h["driver_name_hash"], name_hash(ident.driver_name)),
-        ("pipeline_cache_uuid", h["pipeline_cache_uuid"], ident.pipeline_cache_uuid),
-    ]
-    for field, got, want in checks:
-        if got == want:
-            continue
-        if isinstance(got, bytes):
-            got, want = got.hex(), want.hex()
-        elif field.endswith("_hash"):
-            name = ident.device_name if field.startswith("device") else ident.driver_name
-            got, want = f"{got:016x}", f"{want:016x} (of {name!r})"
-        elif field in ("vendor_id", "device_id"):
-            got, want = f"0x{got:x}", f"0x{want:x}"
-        return (
-            f"written for another GPU or driver: {field} is {got} in the file, "
-            f"this device has {want}"
-        )
-    return None
+    """Why a header's identity is not this device (``DeviceIdentity.mismatch``), or None."""
+    differs = ident.mismatch(h)
+    if differs is None:
+        return None
+    field, got, want = differs
+    return (
+        f"written for another GPU or driver: {field} is {got} in the file, this device has {want}"
+    )
 
 
 def _check_header(data: memoryview, expected: DeviceIdentity | None) -> dict[str, Any] | str:

@@ -14,12 +14,12 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..gpu._identity import DeviceIdentity
+from ..gpu._identity import MATCH_FIELDS, DeviceIdentity
 from ._atomic_file import remove_stale_temps, temp_pattern, write_atomic
 from ._file_format import describe_cache
 from ._index import (
@@ -61,18 +61,17 @@ def _cache_file_pattern(stem: str) -> re.Pattern[str]:
 
 
 def device_entry(identity: DeviceIdentity) -> dict[str, Any]:
-    return {
-        "vendor_id": identity.vendor_id,
-        "device_id": identity.device_id,
-        "driver_version": identity.driver_version,
-        "pipeline_cache_uuid": identity.pipeline_cache_uuid.hex(),
-        "device_name": identity.device_name,
-    }
+    """An index entry's device: its match key (``DeviceIdentity.same_device`` reads it) and
+    its name, for ``cache ls``."""
+    return {**identity.match_key(), "device_name": identity.device_name}
 
 
-def _same_device(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    keys = ("vendor_id", "device_id", "driver_version", "pipeline_cache_uuid")
-    return all(a.get(k) == b.get(k) for k in keys)
+def _header_device(header: Mapping[str, Any]) -> dict[str, Any]:
+    """The device of a described cache file's header, as an index entry stores it."""
+    device = {name: header[name] for name in MATCH_FIELDS}
+    for name in ("device_name_hash", "driver_name_hash"):
+        device[name] = int(device[name], 16)
+    return {**device, "device_name": ""}  # the file holds only the name's hash
 
 
 @dataclass
@@ -226,13 +225,7 @@ class FolderFiles:
                 header = describe_cache(data)["header"]
             except Exception:  # a file that does not describe is an orphan: swept on a write
                 continue
-            device = {
-                "vendor_id": header["vendor_id"],
-                "device_id": header["device_id"],
-                "driver_version": header["driver_version"],
-                "pipeline_cache_uuid": header["pipeline_cache_uuid"],
-                "device_name": "",
-            }
+            device = _header_device(header)
             mtime = path.lstat().st_mtime
             entry = IndexEntry(
                 path.name,
@@ -244,7 +237,7 @@ class FolderFiles:
                 mtime,
                 len(data),
             )
-            key = repr(sorted((k, v) for k, v in device.items() if k != "device_name"))
+            key = repr([device[name] for name in MATCH_FIELDS])
             if key not in entries or entries[key].created < entry.created:
                 entries[key] = entry  # the newest file per device wins
         return list(entries.values())

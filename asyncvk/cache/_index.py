@@ -15,6 +15,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..gpu._identity import MATCH_FIELDS
 from ._safe_fs import open_regular
 
 __all__ = (
@@ -29,13 +30,14 @@ __all__ = (
     "read_index_file",
 )
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3  # 3: a device holds its whole match key; older indexes are rebuilt
 INDEX_MARKER = "asyncvk_cache_index"  # the first key: says what the file is to a reader
 MAX_INDEX_BYTES = 1 << 20  # one entry per device is about 400 bytes
 MAX_INDEX_ENTRIES = 1024
 _MAX_TEXT = 256
 _HEX = re.compile(r"^[0-9a-f]*$")
 _U32 = (0, 0xFFFFFFFF)
+_U64 = (0, (1 << 64) - 1)
 
 
 class InvalidIndex(ValueError):
@@ -86,17 +88,17 @@ def _object(value: Any, where: str, keys: set[str]) -> dict[str, Any]:
 
 
 def _device(value: Any, where: str) -> dict[str, Any]:
-    keys = {"vendor_id", "device_id", "driver_version", "pipeline_cache_uuid", "device_name"}
-    raw = _object(value, where, keys)
-    return {
-        "vendor_id": _integer(raw["vendor_id"], f"{where}.vendor_id", *_U32),
-        "device_id": _integer(raw["device_id"], f"{where}.device_id", *_U32),
-        "driver_version": _integer(raw["driver_version"], f"{where}.driver_version", *_U32),
-        "pipeline_cache_uuid": _text(
-            raw["pipeline_cache_uuid"], f"{where}.pipeline_cache_uuid", hex_only=True, length=32
-        ),
-        "device_name": _text(raw["device_name"], f"{where}.device_name"),
-    }
+    """A device: its match key (``DeviceIdentity.MATCH_FIELDS``) and its name, for display."""
+    raw = _object(value, where, {*MATCH_FIELDS, "device_name"})
+    device: dict[str, Any] = {}
+    for field in MATCH_FIELDS:
+        at = f"{where}.{field}"
+        if field == "pipeline_cache_uuid":
+            device[field] = _text(raw[field], at, hex_only=True, length=32)
+        else:
+            device[field] = _integer(raw[field], at, *(_U64 if field.endswith("_hash") else _U32))
+    device["device_name"] = _text(raw["device_name"], f"{where}.device_name")
+    return device
 
 
 def _entry(value: Any, where: str, file_pattern: re.Pattern[str]) -> IndexEntry:
