@@ -7,8 +7,9 @@ while the rest is imported (see ``asyncvk.cli``).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ._errors import AsyncVkError as AsyncVkError
 from ._errors import CacheMissError as CacheMissError
@@ -25,7 +26,7 @@ from ._errors import SpirvError as SpirvError
 from ._errors import VulkanError as VulkanError
 from ._version import __version__ as __version__
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from .cache import BuildRecord as BuildRecord
     from .cache import CacheStatistics as CacheStatistics
     from .cache import PipelineCache as PipelineCache
@@ -60,11 +61,11 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'asyncvk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(_importlib.import_module(module, __name__), name)
     globals()[name] = value  # the next read is a plain global
     return value
 
