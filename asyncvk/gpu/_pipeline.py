@@ -7,7 +7,6 @@ info can be gone before the driver reads it.
 
 from __future__ import annotations
 
-import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -16,8 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _vk
 from .._errors import PipelineError
-from ..shader._reflect import STORAGE_BUFFER, UNIFORM_BUFFER, ShaderInfo
+from ..shader._reflect import ShaderInfo
 from ..shader._registry import BAKED_PUSH_BASE_ID
+from ._pipeline_structs import (
+    DESCRIPTOR_TYPES,
+    SpecValue,
+    create_layout,
+    create_module,
+    create_set_layout,
+    pack_specialization,
+    pipeline_create_info,
+    specialization_info,
+)
 
 if TYPE_CHECKING:
     from ._device import VulkanDevice
@@ -26,25 +35,11 @@ if TYPE_CHECKING:
 vk = _vk.vkapi
 ffi = _vk.ffi
 
-SpecValue = int | float | bool
+
+__all__ = ("PipelineArtifact", "SpecValue", "create_pipeline", "pack_specialization")
+
 _CACHE_HIT_BIT = 0x2  # VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT
 _FEEDBACK_VALID_BIT = 0x1
-_REQUIRED_SUBGROUP_SIZE_STYPE = (
-    vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO
-)
-_DESCRIPTOR_TYPES = {
-    STORAGE_BUFFER: vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-    UNIFORM_BUFFER: vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER,
-}
-
-
-def pack_specialization(value: SpecValue) -> bytes:
-    """4 bytes per constant, as ncnn's ``vk_specialization_type`` union."""
-    if isinstance(value, bool):
-        return struct.pack("<I", int(value))
-    if isinstance(value, int):
-        return struct.pack("<I" if value >= 1 << 31 else "<i", value)
-    return struct.pack("<f", float(value))
 
 
 #: Guards every artifact's user count (rarely contended: loads and releases only).
@@ -138,169 +133,30 @@ def create_pipeline(
     With ``baked_push``, user specialization ids >= 100 take the 4 bytes at push offset
     ``4 * (id - 100)`` (a shape variant's push constants); the others stay positional.
     """
-    user_ids = info.user_specialization_ids
-    baked_ids: tuple[int, ...] = ()
-    if baked_push is not None:
-        baked_ids = tuple(i for i in user_ids if i >= BAKED_PUSH_BASE_ID)
-        user_ids = tuple(i for i in user_ids if i < BAKED_PUSH_BASE_ID)
-        for i in baked_ids:
-            if 4 * (i - BAKED_PUSH_BASE_ID) + 4 > len(baked_push):
-                raise PipelineError(
-                    f"shader {name!r}: constant {i} needs push bytes "
-                    f"{4 * (i - BAKED_PUSH_BASE_ID)}..+4, got {len(baked_push)} bytes"
-                )
-    if len(specializations) != len(user_ids):
-        raise PipelineError(
-            f"shader {name!r} declares {len(user_ids)} specialization constants "
-            f"{list(user_ids)}, got {len(specializations)}"
-        )
-    if info.local_size_ids is None and tuple(local_size) != info.local_size:
-        raise PipelineError(
-            f"shader {name!r} fixes its local size to {info.local_size}; "
-            f"asked for {tuple(local_size)}"
-        )
+    user_ids, baked_ids = _constant_ids(info, specializations, local_size, name, baked_push)
     dev = device.handle
     made: list[tuple[Any, Any]] = []
     try:
-        code = ffi.from_buffer(spirv)
-        module_info = ffi.new(
-            "VkShaderModuleCreateInfo*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                "codeSize": len(spirv),
-                "pCode": ffi.cast("uint32_t*", code),
-            },
+        module = create_module(dev, spirv, made)
+        set_layout = create_set_layout(dev, info, name, made)
+        layout = create_layout(dev, info, set_layout, made)
+        spec_info, spec_alive = specialization_info(
+            info, user_ids, baked_ids, specializations, local_size, baked_push
         )
-        module_out = ffi.new("VkShaderModule*")
-        _vk.checked.vkCreateShaderModule(dev, module_info, ffi.NULL, module_out)
-        module = module_out[0]
-        made.append((_vk.checked.vkDestroyShaderModule, module))
-
-        nb = len(info.bindings)
-        bindings = ffi.new("VkDescriptorSetLayoutBinding[]", max(nb, 1))
-        for i, b in enumerate(info.bindings):
-            if b.set != 0:
-                raise PipelineError(f"shader {name!r}: descriptor set {b.set} (only set 0 is used)")
-            if b.descriptor_type not in _DESCRIPTOR_TYPES:
-                raise PipelineError(
-                    f"shader {name!r}: {b.descriptor_type} bindings are not supported"
-                )
-            bindings[i].binding = b.binding
-            bindings[i].descriptorType = _DESCRIPTOR_TYPES[b.descriptor_type]
-            bindings[i].descriptorCount = 1
-            bindings[i].stageFlags = vk.VK_SHADER_STAGE_COMPUTE_BIT
-        set_info = ffi.new(
-            "VkDescriptorSetLayoutCreateInfo*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                "bindingCount": nb,
-                "pBindings": bindings,
-            },
+        pipeline_info, feedback, stage_alive = pipeline_create_info(
+            device, module, layout, spec_info, subgroup_size
         )
-        set_out = ffi.new("VkDescriptorSetLayout*")
-        _vk.checked.vkCreateDescriptorSetLayout(dev, set_info, ffi.NULL, set_out)
-        set_layout = set_out[0]
-        made.append((_vk.checked.vkDestroyDescriptorSetLayout, set_layout))
-
-        set_layouts = ffi.new("VkDescriptorSetLayout[1]", [set_layout])
-        push_range = ffi.new(
-            "VkPushConstantRange*",
-            {
-                "stageFlags": vk.VK_SHADER_STAGE_COMPUTE_BIT,
-                "offset": 0,
-                "size": info.push_constant_size,
-            },
-        )
-        layout_info = ffi.new(
-            "VkPipelineLayoutCreateInfo*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                "setLayoutCount": 1,
-                "pSetLayouts": set_layouts,
-                "pushConstantRangeCount": 1 if info.push_constant_size else 0,
-                "pPushConstantRanges": push_range if info.push_constant_size else ffi.NULL,
-            },
-        )
-        layout_out = ffi.new("VkPipelineLayout*")
-        _vk.checked.vkCreatePipelineLayout(dev, layout_info, ffi.NULL, layout_out)
-        layout = layout_out[0]
-        made.append((_vk.checked.vkDestroyPipelineLayout, layout))
-
-        ids = list(user_ids)
-        values = [pack_specialization(v) for v in specializations]
-        for i in baked_ids:
-            assert baked_push is not None
-            ids.append(i)
-            offset = 4 * (i - BAKED_PUSH_BASE_ID)
-            values.append(baked_push[offset : offset + 4])
-        if info.local_size_ids is not None:
-            ids += list(info.local_size_ids)
-            values += [pack_specialization(int(x)) for x in local_size]
-        data = b"".join(values)
-        spec_data = ffi.new("char[]", max(len(data), 1))
-        ffi.memmove(spec_data, data, len(data))
-        entries = ffi.new("VkSpecializationMapEntry[]", max(len(ids), 1))
-        for i, constant_id in enumerate(ids):
-            entries[i].constantID = constant_id
-            entries[i].offset = 4 * i
-            entries[i].size = 4
-        spec_info = ffi.new(
-            "VkSpecializationInfo*",
-            {
-                "mapEntryCount": len(ids),
-                "pMapEntries": entries,
-                "dataSize": len(data),
-                "pData": spec_data,
-            },
-        )
-        entry_name = ffi.new("char[]", b"main")
-        subgroup_info = ffi.NULL
-        if subgroup_size and device.info.support_subgroup_size_control:
-            subgroup_info = ffi.new(
-                "VkPipelineShaderStageRequiredSubgroupSizeCreateInfo*",
-                {
-                    "sType": _REQUIRED_SUBGROUP_SIZE_STYPE,
-                    "requiredSubgroupSize": subgroup_size,
-                },
-            )
-        feedback = ffi.new("VkPipelineCreationFeedback*")
-        stage_feedback = ffi.new("VkPipelineCreationFeedback*")
-        feedback_info = ffi.NULL
-        if device.info.support_pipeline_creation_feedback:
-            feedback_info = ffi.new(
-                "VkPipelineCreationFeedbackCreateInfo*",
-                {
-                    "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CREATION_FEEDBACK_CREATE_INFO,
-                    "pPipelineCreationFeedback": feedback,
-                    "pipelineStageCreationFeedbackCount": 1,
-                    "pPipelineStageCreationFeedbacks": stage_feedback,
-                },
-            )
-        pipeline_info = ffi.new("VkComputePipelineCreateInfo*")
-        pipeline_info.sType = vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO
-        pipeline_info.pNext = feedback_info
-        stage = pipeline_info.stage
-        stage.sType = vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO
-        stage.pNext = subgroup_info
-        stage.stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
-        stage.module = module
-        stage.pName = entry_name
-        stage.pSpecializationInfo = spec_info
-        pipeline_info.layout = layout
         pipeline_out = ffi.new("VkPipeline*")
         cache = pipeline_cache.handle if pipeline_cache is not None else ffi.NULL
         start = time.perf_counter()
-        if device.quirks.serialize_pipeline_creation:
-            with device.creation_lock:
-                _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
-        else:
-            _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
+        _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
         seconds = time.perf_counter() - start
+        del spec_alive, stage_alive  # what the create info pointed at lived until here
         handle = pipeline_out[0]
         made.append((_vk.checked.vkDestroyPipeline, handle))
         template = _update_template(device, info, set_layout)
         hit: bool | None = None
-        if feedback_info != ffi.NULL and feedback.flags & _FEEDBACK_VALID_BIT:
+        if pipeline_info.pNext != ffi.NULL and feedback.flags & _FEEDBACK_VALID_BIT:
             hit = bool(feedback.flags & _CACHE_HIT_BIT)
     except BaseException:
         for destroy, h in reversed(made):
@@ -322,6 +178,38 @@ def create_pipeline(
     )
 
 
+def _constant_ids(
+    info: ShaderInfo,
+    specializations: Sequence[SpecValue],
+    local_size: tuple[int, int, int],
+    name: str,
+    baked_push: bytes | None,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The positional and the baked (push-byte) specialization ids; checks the counts first."""
+    user_ids = info.user_specialization_ids
+    baked_ids: tuple[int, ...] = ()
+    if baked_push is not None:
+        baked_ids = tuple(i for i in user_ids if i >= BAKED_PUSH_BASE_ID)
+        user_ids = tuple(i for i in user_ids if i < BAKED_PUSH_BASE_ID)
+        for i in baked_ids:
+            if 4 * (i - BAKED_PUSH_BASE_ID) + 4 > len(baked_push):
+                raise PipelineError(
+                    f"shader {name!r}: constant {i} needs push bytes "
+                    f"{4 * (i - BAKED_PUSH_BASE_ID)}..+4, got {len(baked_push)} bytes"
+                )
+    if len(specializations) != len(user_ids):
+        raise PipelineError(
+            f"shader {name!r} declares {len(user_ids)} specialization constants "
+            f"{list(user_ids)}, got {len(specializations)}"
+        )
+    if info.local_size_ids is None and tuple(local_size) != info.local_size:
+        raise PipelineError(
+            f"shader {name!r} fixes its local size to {info.local_size}; "
+            f"asked for {tuple(local_size)}"
+        )
+    return user_ids, baked_ids
+
+
 def _update_template(device: VulkanDevice, info: ShaderInfo, set_layout: Any) -> Any:
     """A descriptor update template for the shader's buffer bindings (None before Vulkan 1.1)."""
     if device.info.api_version < vk.VK_MAKE_VERSION(1, 1, 0) or not info.bindings:
@@ -331,7 +219,7 @@ def _update_template(device: VulkanDevice, info: ShaderInfo, set_layout: Any) ->
     for i, b in enumerate(info.bindings):
         entries[i].dstBinding = b.binding
         entries[i].descriptorCount = 1
-        entries[i].descriptorType = _DESCRIPTOR_TYPES[b.descriptor_type]
+        entries[i].descriptorType = DESCRIPTOR_TYPES[b.descriptor_type]
         entries[i].offset = i * stride
         entries[i].stride = stride
     create = ffi.new(
@@ -350,7 +238,16 @@ def _update_template(device: VulkanDevice, info: ShaderInfo, set_layout: Any) ->
 
 
 def _create_compute_pipeline(device: VulkanDevice, cache: Any, info: Any, out: Any) -> None:
-    """The one vkCreateComputePipelines call; instrumented through ``device.creation_probe``."""
+    """The one vkCreateComputePipelines call, one at a time on drivers flagged
+    ``serialize_pipeline_creation``; instrumented through ``device.creation_probe``."""
+    if device.quirks.serialize_pipeline_creation:
+        with device.creation_lock:
+            _create_compute_pipeline_now(device, cache, info, out)
+    else:
+        _create_compute_pipeline_now(device, cache, info, out)
+
+
+def _create_compute_pipeline_now(device: VulkanDevice, cache: Any, info: Any, out: Any) -> None:
     probe = device.creation_probe
     if probe is not None:
         probe(True)
