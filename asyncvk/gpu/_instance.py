@@ -116,7 +116,50 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
     extensions = frozenset(
         e.extensionName for e in _vk.api.vkEnumerateDeviceExtensionProperties(pd, None)
     )
+    props2, subgroup, driver, sg_control = _properties2(pd, has_12, has_13, extensions)
+    feats2, f11, f12, f13 = _features2(pd, has_12, has_13)
+    device_local, unified = _memory_summary(pd)
+    queues = tuple(
+        QueueFamily(i, int(q.queueFlags), int(q.queueCount))
+        for i, q in enumerate(_vk.api.vkGetPhysicalDeviceQueueFamilyProperties(pd))
+    )
+    has_driver_props = driver.driverID != 0
+    identity = _identity(props, props2, driver, has_driver_props)
+    subgroup_size = int(subgroup.subgroupSize) or 32
+    return GpuInfo(
+        index=index,
+        identity=identity,
+        device_type=int(props.deviceType),
+        driver_info=(
+            ffi.string(driver.driverInfo).decode("utf-8", "replace") if has_driver_props else ""
+        ),
+        subgroup_size=subgroup_size,
+        min_subgroup_size=int(sg_control.minSubgroupSize) or subgroup_size,
+        max_subgroup_size=int(sg_control.maxSubgroupSize) or subgroup_size,
+        subgroup_operations=int(subgroup.supportedOperations),
+        support_subgroup_size_control=has_13 and bool(f13.subgroupSizeControl),
+        support_fp16_storage=has_12 and bool(f11.storageBuffer16BitAccess),
+        support_fp16_arithmetic=has_12 and bool(f12.shaderFloat16),
+        support_int8_storage=has_12 and bool(f12.storageBuffer8BitAccess),
+        support_int8_arithmetic=has_12 and bool(f12.shaderInt8),
+        support_int16_storage=has_12
+        and bool(f11.storageBuffer16BitAccess)
+        and bool(feats2.features.shaderInt16),
+        support_pipeline_creation_feedback=has_13
+        or "VK_EXT_pipeline_creation_feedback" in extensions,
+        limits=_limits(props.limits),
+        queue_families=queues,
+        device_local_heap_bytes=device_local,
+        unified_memory=unified,
+        extensions=extensions,
+        quirks=resolve_quirks(identity),
+    )
 
+
+def _properties2(
+    pd: Any, has_12: bool, has_13: bool, extensions: frozenset[str]
+) -> tuple[Any, Any, Any, Any]:
+    """Properties2 with subgroup, driver and subgroup-size-control properties chained."""
     props2 = ffi.new("VkPhysicalDeviceProperties2*")
     props2.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2
     subgroup = ffi.new("VkPhysicalDeviceSubgroupProperties*")
@@ -132,7 +175,11 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
         chain.append(sg_control)
     _chain(*chain)
     _vk.checked.vkGetPhysicalDeviceProperties2(pd, props2)
+    return props2, subgroup, driver, sg_control
 
+
+def _features2(pd: Any, has_12: bool, has_13: bool) -> tuple[Any, Any, Any, Any]:
+    """Features2 with the Vulkan 1.1, 1.2 and 1.3 feature structs the device's API has."""
     feats2 = ffi.new("VkPhysicalDeviceFeatures2*")
     feats2.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
     f11 = ffi.new("VkPhysicalDeviceVulkan11Features*")
@@ -148,8 +195,11 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
         fchain.append(f13)
     _chain(*fchain)
     _vk.checked.vkGetPhysicalDeviceFeatures2(pd, feats2)
+    return feats2, f11, f12, f13
 
-    limits = props.limits
+
+def _memory_summary(pd: Any) -> tuple[int, bool]:
+    """Bytes of device-local heaps, and whether every device-local type is host-visible."""
     memory = _vk.api.vkGetPhysicalDeviceMemoryProperties(pd)
     device_local = 0
     unified = True
@@ -163,12 +213,11 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
             flags & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
         ):
             unified = False
-    queues = tuple(
-        QueueFamily(i, int(q.queueFlags), int(q.queueCount))
-        for i, q in enumerate(_vk.api.vkGetPhysicalDeviceQueueFamilyProperties(pd))
-    )
-    has_driver_props = driver.driverID != 0
-    identity = DeviceIdentity(
+    return device_local, unified
+
+
+def _identity(props: Any, props2: Any, driver: Any, has_driver_props: bool) -> DeviceIdentity:
+    return DeviceIdentity(
         vendor_id=int(props.vendorID),
         device_id=int(props.deviceID),
         api_version=int(props.apiVersion),
@@ -180,45 +229,19 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
         ),
         pipeline_cache_uuid=bytes(ffi.buffer(props2.properties.pipelineCacheUUID, 16)),
     )
-    subgroup_size = int(subgroup.subgroupSize) or 32
-    has_sg_control = has_13 and bool(f13.subgroupSizeControl)
-    return GpuInfo(
-        index=index,
-        identity=identity,
-        device_type=int(props.deviceType),
-        driver_info=(
-            ffi.string(driver.driverInfo).decode("utf-8", "replace") if has_driver_props else ""
-        ),
-        subgroup_size=subgroup_size,
-        min_subgroup_size=int(sg_control.minSubgroupSize) or subgroup_size,
-        max_subgroup_size=int(sg_control.maxSubgroupSize) or subgroup_size,
-        subgroup_operations=int(subgroup.supportedOperations),
-        support_subgroup_size_control=has_sg_control,
-        support_fp16_storage=has_12 and bool(f11.storageBuffer16BitAccess),
-        support_fp16_arithmetic=has_12 and bool(f12.shaderFloat16),
-        support_int8_storage=has_12 and bool(f12.storageBuffer8BitAccess),
-        support_int8_arithmetic=has_12 and bool(f12.shaderInt8),
-        support_int16_storage=has_12
-        and bool(f11.storageBuffer16BitAccess)
-        and bool(feats2.features.shaderInt16),
-        support_pipeline_creation_feedback=has_13
-        or "VK_EXT_pipeline_creation_feedback" in extensions,
-        limits=GpuLimits(
-            max_compute_workgroup_size=tuple(int(x) for x in limits.maxComputeWorkGroupSize),  # type: ignore[arg-type]
-            max_compute_workgroup_invocations=int(limits.maxComputeWorkGroupInvocations),
-            max_compute_workgroup_count=tuple(int(x) for x in limits.maxComputeWorkGroupCount),  # type: ignore[arg-type]
-            max_compute_shared_memory_size=int(limits.maxComputeSharedMemorySize),
-            max_storage_buffer_range=int(limits.maxStorageBufferRange),
-            min_storage_buffer_offset_alignment=int(limits.minStorageBufferOffsetAlignment),
-            max_push_constants_size=int(limits.maxPushConstantsSize),
-            max_memory_allocation_count=int(limits.maxMemoryAllocationCount),
-            non_coherent_atom_size=int(limits.nonCoherentAtomSize),
-        ),
-        queue_families=queues,
-        device_local_heap_bytes=device_local,
-        unified_memory=unified,
-        extensions=extensions,
-        quirks=resolve_quirks(identity),
+
+
+def _limits(limits: Any) -> GpuLimits:
+    return GpuLimits(
+        max_compute_workgroup_size=tuple(int(x) for x in limits.maxComputeWorkGroupSize),  # type: ignore[arg-type]
+        max_compute_workgroup_invocations=int(limits.maxComputeWorkGroupInvocations),
+        max_compute_workgroup_count=tuple(int(x) for x in limits.maxComputeWorkGroupCount),  # type: ignore[arg-type]
+        max_compute_shared_memory_size=int(limits.maxComputeSharedMemorySize),
+        max_storage_buffer_range=int(limits.maxStorageBufferRange),
+        min_storage_buffer_offset_alignment=int(limits.minStorageBufferOffsetAlignment),
+        max_push_constants_size=int(limits.maxPushConstantsSize),
+        max_memory_allocation_count=int(limits.maxMemoryAllocationCount),
+        non_coherent_atom_size=int(limits.nonCoherentAtomSize),
     )
 
 
