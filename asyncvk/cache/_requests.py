@@ -151,17 +151,7 @@ class PipelineRequests(DriverBlob):
         def create(
             spirv: bytes, info: ShaderInfo, vk_cache: DriverPipelineCache | None
         ) -> PipelineArtifact:
-            return create_pipeline(
-                self.device,
-                spirv,
-                info,
-                specs,
-                local_size,
-                subgroup_size=subgroup_size,
-                pipeline_cache=vk_cache,
-                name=shader,
-                baked_push=baked,
-            )
+            return self._create(spec, spirv, info, vk_cache, baked)
 
         def build() -> PipelineArtifact:
             started = time.perf_counter()
@@ -173,6 +163,26 @@ class PipelineRequests(DriverBlob):
 
         return self._request(digest, build)
 
+    def _create(
+        self,
+        spec: PipelineSpec,
+        spirv: bytes,
+        info: ShaderInfo,
+        vk_cache: DriverPipelineCache | None,
+        baked_push: bytes | None,
+    ) -> PipelineArtifact:
+        return create_pipeline(
+            self.device,
+            spirv,
+            info,
+            spec.specializations,
+            spec.local_size,
+            subgroup_size=spec.subgroup_size,
+            pipeline_cache=vk_cache,
+            name=spec.shader,
+            baked_push=baked_push,
+        )
+
     def _start_spirv(self, spec: PipelineSpec, spirv: bytes) -> Future[PipelineArtifact]:
         """A pipeline from raw SPIR-V (never stored in files)."""
         specs, local_size, subgroup_size = spec.specializations, spec.local_size, spec.subgroup_size
@@ -182,16 +192,7 @@ class PipelineRequests(DriverBlob):
         def build() -> PipelineArtifact:
             started = time.perf_counter()
             info = reflect_spirv(spirv)
-            artifact = create_pipeline(
-                self.device,
-                spirv,
-                info,
-                specs,
-                local_size,
-                subgroup_size=subgroup_size,
-                pipeline_cache=self.vk_cache,
-                name=spec.shader,
-            )
+            artifact = self._create(spec, spirv, info, self.vk_cache, None)
             self._log_build(artifact, requested, started, 0.0)
             return artifact
 
