@@ -182,12 +182,50 @@ async def close_net(opened: OpenNet, *, save: bool = True, release: bool = True)
 
 
 def load_npy(spec: str) -> tuple[str, np.ndarray]:
-    """``NAME=FILE.npy``: its header is checked against the file's length and the limits
-    (:mod:`asyncvk._input_limits`) before the array is allocated."""
+    """``NAME=FILE.npy``, ``NAME=FILE.npz`` (the array called NAME, or the only one) or
+    ``NAME=FILE.npz:KEY``: each header is checked against the bytes that hold it and against
+    the limits (:mod:`asyncvk._input_limits`) before the array is allocated. Real numbers of
+    any width are converted to float32 by the extractor; other dtypes are refused."""
     name, _, path = spec.partition("=")
     if not name or not path:
-        raise ValueError(f"expected NAME=FILE.npy, got {spec!r}")
-    return name, load_npy_file(spec, path)
+        raise ValueError(f"--input {spec!r}: expected NAME=FILE.npy or NAME=FILE.npz[:KEY]")
+    where = f"--input {spec}"
+    file, colon, key = path.rpartition(":") if ".npz:" in path else (path, "", "")
+    if not os.path.isfile(file):
+        what = "is a folder" if os.path.isdir(file) else "does not exist"
+        raise ValueError(f"{where}: {file} {what}")
+    if file.endswith(".npz") or colon:
+        return name, _load_npz_member(where, file, key or None, name)
+    return name, load_npy_file(where, file)
+
+
+def _load_npz_member(where: str, path: str, key: str | None, name: str) -> np.ndarray:
+    """One array of an .npz archive, its header checked before it is read."""
+    import zipfile
+
+    from ._input_limits import check_npy, read_npy_header
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ValueError(f"{where}: not a valid .npz archive ({exc})") from None
+    with archive:
+        members = {m.removesuffix(".npy"): m for m in archive.namelist() if m.endswith(".npy")}
+        if key is None:
+            key = name if name in members else next(iter(members)) if len(members) == 1 else None
+        if key is None or key not in members:
+            names = ", ".join(sorted(members)) or "none"
+            wanted = f"no array {key!r}" if key else f"no array named {name!r} and not one array"
+            raise ValueError(
+                f"{where}: {wanted} in the archive (it holds: {names}); "
+                f"pick one with {name}={path}:KEY"
+            )
+        info = archive.getinfo(members[key])
+        with archive.open(info) as f:
+            header = read_npy_header(f, where)
+        check_npy(where, header, info.file_size, "archive member")
+        with archive.open(info) as f:
+            return np.load(f, allow_pickle=False)
 
 
 def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:

@@ -568,6 +568,21 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _count(least: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``least``, else a one-line usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    return parse
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a hint for an option value that starts with '-' (``--graph-key -rf``)."""
 
@@ -606,8 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(bench)
     bench.add_argument("--shape", action="append", default=[], metavar="NAME=C,H,W")
     bench.add_argument("--output", default=None, metavar="NAME")
-    bench.add_argument("--loops", type=int, default=10)
-    bench.add_argument("--warmup", type=int, default=2)
+    bench.add_argument("--loops", type=_count(1), default=10, help="timed runs (at least 1)")
+    bench.add_argument("--warmup", type=_count(0), default=2, help="untimed runs first")
     bench.set_defaults(func=_cmd_bench)
 
     hint = sub.add_parser(
