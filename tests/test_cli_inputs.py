@@ -94,3 +94,17 @@ def test_bench_counts_are_validated(flag: str, value: str) -> None:
     )
     assert proc.returncode == 2 and f"argument {flag}" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+async def test_extractor_input_follows_the_same_rule() -> None:
+    from asyncvk import Net, Option
+
+    net = Net(Option(use_vulkan_compute=False))
+    await net.load_param(CUNET / "model.param")
+    await net.load_model(CUNET / "model.bin")
+    ex = net.create_extractor()
+    ex.input("in0", np.zeros((3, 44, 44), np.int64))  # converted
+    for bad in (np.zeros((3, 44, 44), bool), np.zeros((3, 44, 44), np.complex64)):
+        with pytest.raises(ValueError, match="not a real number type"):
+            ex.input("in0", bad)
+    await net.aclose()

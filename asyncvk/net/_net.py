@@ -644,6 +644,11 @@ class Extractor:
         index = self.net.blob_index.get(name)
         if index is None:
             raise KeyError(f"no blob named {name!r} (inputs: {self.net.input_names})")
+        kind = np.asarray(array).dtype.kind
+        if kind not in "fiu":  # real numbers become float32; bool, complex, text do not
+            raise ValueError(
+                f"input {name!r}: dtype {np.asarray(array).dtype} is not a real number type"
+            )
         data = np.asarray(array, dtype=np.float32)
         if data.ndim == 4 and data.shape[0] == 1:
             data = data[0]
