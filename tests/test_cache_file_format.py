@@ -846,10 +846,17 @@ def test_cache_verify_and_inspect_cli(saved: Path, tmp_path: Path) -> None:
     bad.write_bytes(bytes(data))
     rejected = _cli("cache", "verify", str(bad))
     assert rejected.returncode == 1
-    assert "rejected" in rejected.stdout
+    assert "not usable" in rejected.stdout and "built from source" in rejected.stdout
     truncated = tmp_path / "short.vkcache"
     truncated.write_bytes(saved.read_bytes()[:-3])
     assert _cli("cache", "verify", str(truncated)).returncode == 1
     inspect = _cli("cache", "inspect", str(saved), "--json")
     assert inspect.returncode == 0
     assert '"scale_add"' in inspect.stdout and '"accepted": true' in inspect.stdout
+    # without --json: a summary for people (no JSON), and a non-zero exit for an invalid file
+    summary = _cli("cache", "inspect", str(saved))
+    assert summary.returncode == 0 and not summary.stdout.lstrip().startswith("{")
+    assert "this machine's device" in summary.stdout and "scale_add" in summary.stdout
+    assert "accepted: all" in summary.stdout
+    short = _cli("cache", "inspect", str(truncated))
+    assert short.returncode == 1 and "INVALID" in short.stdout
