@@ -108,3 +108,16 @@ async def test_extractor_input_follows_the_same_rule() -> None:
         with pytest.raises(ValueError, match="not a real number type"):
             ex.input("in0", bad)
     await net.aclose()
+
+
+def test_a_wrong_channel_count_says_what_the_model_expects(tmp_path: Path) -> None:
+    squeezenet = Path(__file__).parent / "models" / "squeezenet"
+    np.save(tmp_path / "one.npy", np.zeros((1, 64, 64), np.float32))
+    proc = cli(
+        "run",
+        str(squeezenet / "model.param"),
+        str(squeezenet / "model.bin"),
+        "--input",
+        f"in0={tmp_path / 'one.npy'}",
+    )
+    assert proc.returncode == 1 and "expects 3 input channels, got 1" in proc.stderr, proc.stderr

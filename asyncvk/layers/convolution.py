@@ -134,9 +134,10 @@ class ConvParams(Layer):
             raise ValueError(f"{channels} input channels do not split into {self.group} groups")
         inch_g = channels // self.group
         if self.num_output * inch_g * self.maxk != self.weight_data_size:
+            expected = self.weight_data_size // max(1, self.num_output * self.maxk) * self.group
             raise ValueError(
-                f"weight_data_size {self.weight_data_size} does not match {channels} input "
-                f"channels (num_output {self.num_output}, group {self.group}, "
+                f"expects {expected} input channels, got {channels} (weight_data_size "
+                f"{self.weight_data_size}, num_output {self.num_output}, group {self.group}, "
                 f"kernel {self.kernel_h}x{self.kernel_w})"
             )
         return inch_g
