@@ -189,11 +189,11 @@ def load_npy(spec: str) -> tuple[str, np.ndarray]:
     name, _, path = spec.partition("=")
     if not name or not path:
         raise ValueError(f"--input {spec!r}: expected NAME=FILE.npy or NAME=FILE.npz[:KEY]")
-    where = f"--input {spec}"
+    where = spec  # every message starts with what was typed: "in0=x.npy: ..."
     file, colon, key = path.rpartition(":") if ".npz:" in path else (path, "", "")
     if not os.path.isfile(file):
         what = "is a folder" if os.path.isdir(file) else "does not exist"
-        raise ValueError(f"{where}: {file} {what}")
+        raise ValueError(f"--input {spec}: {file} {what}")
     if file.endswith(".npz") or colon:
         return name, _load_npz_member(where, file, key or None, name)
     return name, load_npy_file(where, file)
