@@ -27,12 +27,15 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 from numpy.lib import format as npy_format
 
 from ._errors import InputError, InputTooLargeError
+
+if TYPE_CHECKING:
+    import zipfile
 
 MAX_INPUT_BYTES = 4 << 30
 MAX_INPUT_BYTES_ENV = "ASYNCVK_MAX_INPUT_BYTES"
@@ -161,6 +164,17 @@ def load_npy_bytes(where: str, data: bytes, holder: str = "body") -> np.ndarray:
     header = read_npy_header(io.BytesIO(data), where)
     check_npy(where, header, len(data), holder)
     return _load(where, io.BytesIO(data))
+
+
+def load_npz_member(where: str, archive: zipfile.ZipFile, member: str) -> np.ndarray:
+    """One array of an .npz archive, checked as :func:`load_npy_file` against the member's
+    uncompressed size before it is read."""
+    info = archive.getinfo(member)
+    with archive.open(info) as f:
+        header = read_npy_header(f, where)
+    check_npy(where, header, info.file_size, "archive member")
+    with archive.open(info) as f:
+        return _load(where, f)
 
 
 def _load(where: str, source: str | os.PathLike[str] | IO[bytes]) -> np.ndarray:

@@ -203,7 +203,7 @@ def _load_npz_member(where: str, path: str, key: str | None, name: str) -> np.nd
     """One array of an .npz archive, its header checked before it is read."""
     import zipfile
 
-    from ._input_limits import check_npy, read_npy_header
+    from ._input_limits import load_npz_member
 
     try:
         archive = zipfile.ZipFile(path)
@@ -220,12 +220,7 @@ def _load_npz_member(where: str, path: str, key: str | None, name: str) -> np.nd
                 f"{where}: {wanted} in the archive (it holds: {names}); "
                 f"pick one with {name}={path}:KEY"
             )
-        info = archive.getinfo(members[key])
-        with archive.open(info) as f:
-            header = read_npy_header(f, where)
-        check_npy(where, header, info.file_size, "archive member")
-        with archive.open(info) as f:
-            return np.load(f, allow_pickle=False)
+        return load_npz_member(where, archive, members[key])
 
 
 def parse_shape(spec: str) -> tuple[str, tuple[int, ...]]:

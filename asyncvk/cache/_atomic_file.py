@@ -153,7 +153,7 @@ def save_merged(
     _refuse_to_replace(target)  # before the lock file appears beside something not ours
     with locked(target + ".lock", lock_timeout):
         _refuse_to_replace(target)  # and again, now that nobody else can be saving
-        existing = _read_current(target)
+        existing = read_regular_cache_file(target)
         data = build(existing)
         if data != existing:
             write_atomic(target, data)
@@ -167,8 +167,9 @@ def _refuse_to_replace(target: str) -> None:
         raise UnsafePathError(errno.EEXIST, why)
 
 
-def _read_current(target: str) -> bytes | None:
-    """The target's bytes if it is a readable cache-sized regular file (never via a symlink)."""
+def read_regular_cache_file(target: str | os.PathLike[str]) -> bytes | None:
+    """A cache file's bytes if it is a readable regular file within the size limit, read
+    without following a symlink; None otherwise (absent, planted, unreadable, too big)."""
     try:
         fd = open_regular(target)
     except OSError:

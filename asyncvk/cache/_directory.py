@@ -116,7 +116,9 @@ class CacheDirectory(FolderFiles):
             return Lookup(None, "the model changed since the cache was written", stale_removed=1)
         data = self._read_cache_file(entry.file)
         if data is None:
-            return Lookup(None, f"{entry.file} cannot be read, or is not a regular file")
+            return Lookup(
+                None, f"{entry.file} cannot be read (not a regular file, or over the size limit)"
+            )
         if write:
             entry.last_used = time.time()
             try:

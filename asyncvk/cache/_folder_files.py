@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..gpu._identity import MATCH_FIELDS, DeviceIdentity
-from ._atomic_file import remove_stale_temps, temp_pattern, write_atomic
+from ._atomic_file import read_regular_cache_file, remove_stale_temps, temp_pattern, write_atomic
 from ._file_format import describe_cache
 from ._index import (
     IndexEntry,
@@ -208,12 +208,7 @@ class FolderFiles:
         return True
 
     def _read_cache_file(self, name: str) -> bytes | None:
-        try:
-            fd = open_regular(self.path / name)
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+        return read_regular_cache_file(self.path / name)  # bounded: a folder may be hostile
 
     def _rebuild(self, graph_key: str) -> list[IndexEntry]:
         entries: dict[str, IndexEntry] = {}
