@@ -338,3 +338,12 @@ def test_cache_ls_creates_nothing(tmp_path: Path) -> None:
 def test_version() -> None:
     proc = cli("--version")
     assert proc.returncode == 0 and proc.stdout.startswith("asyncvk ")
+
+
+def test_a_huge_file_planted_as_a_cache_entry_is_not_read(tmp_path: Path) -> None:
+    CacheDirectory(tmp_path).store("m", IDENTITY, "fp", _data())
+    entry = next(tmp_path.glob("m_*.vkcache"))
+    with open(entry, "r+b") as f:
+        f.truncate(300 << 20)  # sparse, over the 256 MiB limit of every cache read
+    found = CacheDirectory(tmp_path).lookup("m", IDENTITY, "fp")
+    assert found.data is None and "size limit" in found.reason
