@@ -2,16 +2,21 @@
 
 from . import (  # noqa: F401
     activation,
+    attention,
     binary,
     borders,
     convolution,
     data_movement,
     deconvolution,
+    detection,
     innerproduct,
     inputs,
+    matmul,
     normalization,
+    norms,
     pooling,
     reduction,
     resample,
     reshape,
+    yolo,
 )

@@ -1,0 +1,1 @@
+"""Attention: MultiHeadAttention and SDPA (ncnn's reference semantics)."""

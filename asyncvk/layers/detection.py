@@ -1,0 +1,1 @@
+"""SSD post-processing: PriorBox (anchor boxes) and DetectionOutput (decode, sort, NMS)."""

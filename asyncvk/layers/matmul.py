@@ -1,0 +1,1 @@
+"""Matrix products: Gemm and MatMul (ncnn's reference semantics)."""

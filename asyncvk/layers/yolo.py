@@ -1,0 +1,1 @@
+"""YOLO post-processing: YoloDetectionOutput (v2) and Yolov3DetectionOutput (decode, sort, NMS)."""
