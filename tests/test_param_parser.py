@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import random
 from pathlib import Path
 
@@ -222,6 +223,63 @@ class TestSources:
         assert info.value.line == 3
 
 
+class TestDeclaredCounts:
+    """ncnn reads exactly the declared number of layers; asyncvk does too, and says so."""
+
+    def test_lines_past_the_declared_count_are_ignored_with_a_warning(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        # Not parsed at all, as in ncnn: unknown type, unknown blobs, bad params.
+        extra = "Noop Output 6 1 a b c d e f output 0=x=y\nmore garbage\n"
+        with caplog.at_level(logging.WARNING, logger="asyncvk.net"):
+            pf = parse_param_text(NET + extra, "model.param", known_types=KNOWN)
+        assert [d.name for d in pf.layers][-1] == "softmax_0" and len(pf.layers) == 6
+        assert pf.output_names == ("out0",)
+        [record] = caplog.records
+        assert record.name == "asyncvk.net" and record.levelno == logging.WARNING
+        message = record.getMessage()
+        assert message.startswith("model.param:9: ignoring 2 layer lines"), message
+        assert "declared on line 2" in message and "'Noop Output 6 1" in message
+
+    def test_a_smaller_declared_count_cuts_the_layers_there(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        with caplog.at_level(logging.WARNING, logger="asyncvk.net"):
+            pf = parse_param_text(_net("6 6", "5 5"), "model.param", known_types=KNOWN)
+        assert [d.name for d in pf.layers][-1] == "linear_0"
+        assert [r.getMessage()[:36] for r in caplog.records] == [
+            "model.param:8: ignoring 1 layer line"
+        ]
+
+    def test_no_warning_when_the_counts_match(self, caplog: pytest.LogCaptureFixture) -> None:
+        with caplog.at_level(logging.DEBUG, logger="asyncvk.net"):
+            parse_param_text(NET, "model.param", known_types=KNOWN)
+        assert caplog.records == []
+
+    def test_fewer_blobs_than_declared_is_accepted_with_a_warning(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        with caplog.at_level(logging.WARNING, logger="asyncvk.net"):
+            pf = parse_param_text(_net("6 6", "6 9"), "model.param", known_types=KNOWN)
+        assert len(pf.blob_names) == 6
+        [record] = caplog.records
+        assert record.getMessage().startswith("model.param:2: declares 9 blobs but the layers")
+
+    def test_nanodet_m_ending_with_an_undeclared_noop_parses(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The shape of ncnn's benchmark/nanodet_m.param: 179 layers declared, a 180th
+        ``Noop Output`` gathering the six heads after them."""
+        heads = [f"head{i}" for i in range(6)]
+        lines = ["7767517", "7 7", "Input in0 0 1 in0 0=8 1=8 2=3"]
+        lines += [f"ReLU r{i} 1 1 in0 {h}" for i, h in enumerate(heads)]
+        lines.append(f"Noop Output 6 1 {' '.join(heads)} output")
+        with caplog.at_level(logging.WARNING, logger="asyncvk.net"):
+            pf = parse_param_text("\n".join(lines) + "\n", "nanodet.param", known_types=KNOWN)
+        assert pf.output_names == tuple(heads)
+        assert "nanodet.param:10: ignoring 1 layer line" in caplog.text
+
+
 RELU = "relu_0                   1 1 1 2 0=1.000000e-01"
 
 
@@ -254,8 +312,8 @@ MALFORMED = [
     ("7767517\n1 0\nInput in0 0 1 in0\n", "must be positive", 2, None),
     ("7767517\n-1 1\n", "must be positive", 2, None),
     (_net("6 6", "7 6"), "declares 7 layers but has only 6", 2, None),
-    (_net("6 6", "5 6"), "declares 5 layers (line 2) but has more layer lines", 8, None),
-    (_net("6 6", "6 9"), "declares 9 blobs but the layers produce 6", 2, None),
+    (_net("6 6", "6 5"), "declares 5 blobs (line 2) but the layers produce 6", 8, "softmax_0"),
+    (_net("6 6", "6 1"), "blob '1' is number 2", 4, "conv_0"),
     (_net("1 1 4 out0", "1 1 nope out0"), "unknown blob 'nope'", 8, "softmax_0"),
     (_relu("relu_0 1 1 3 2"), "unknown blob '3'", 5, "relu_0"),  # produced later
     (_relu("relu_0 1 1 1 1"), "twice (first by layer 'conv_0' on line 4)", 5, "relu_0"),

@@ -15,11 +15,16 @@ top-shape hints (an int array) and 31 the featmask (an int).
 ncnn scans the file as a stream of whitespace-separated tokens; this parser reads it line by
 line instead (one layer per line, blank lines and extra spaces ignored), so that every error
 can name its line. Whatever the input, the only exception raised is ``ModelFormatError``.
+
+Counts, as ncnn: lines past the declared layer count are ignored (with a logged warning);
+fewer lines than declared, or more blobs than declared, are errors; fewer blobs than declared
+are accepted (warned).
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 from collections.abc import Collection
@@ -47,6 +52,8 @@ _INT = re.compile(r"[+-]?[0-9]+\Z")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _BINARY_MAGIC = MAGIC.to_bytes(4, "little")
+
+log = logging.getLogger("asyncvk.net")
 
 
 @dataclass(frozen=True)
@@ -150,26 +157,59 @@ def _parse_param_text(text: str, source: str, known_types: Collection[str] | Non
             line=counts_line,
         )
     if len(body) > layer_count:
-        extra_line, extra = body[layer_count]
-        raise ModelFormatError(
-            f"declares {layer_count} layers (line {counts_line}) but has more layer lines, "
-            f"starting with {extra.strip(_WS)[:40]!r}",
-            file=source,
-            line=extra_line,
-        )
+        _warn_ignored_lines(body[layer_count:], layer_count, counts_line, source)
+        body = body[:layer_count]
     graph = _Graph(source, known_types)
     # Networks repeat their layers' params (RRDB: 950 layers, 13 distinct texts); a ParamDict
     # is frozen, so equal texts share one parse. Only successful parses are kept.
     parsed: dict[str, ParamDict] = {}
     for n, line in body:
         graph.add(_parse_layer(line, _Where(source, n), parsed))
-    if len(graph.blob_names) != blob_count:
-        raise ModelFormatError(
-            f"declares {blob_count} blobs but the layers produce {len(graph.blob_names)}",
-            file=source,
-            line=counts_line,
-        )
+    _check_blob_count(graph, blob_count, counts_line)
     return ParamFile(tuple(graph.layers), tuple(graph.blob_names), source)
+
+
+def _warn_ignored_lines(
+    extra: list[tuple[int, str]], layer_count: int, counts_line: int, source: str
+) -> None:
+    """ncnn reads the declared number of layers and never looks further; so does asyncvk, but
+    says so, since a layer the author meant to keep may sit there (nanodet_m ends with one)."""
+    first_line, first = extra[0]
+    s = "" if len(extra) == 1 else "s"
+    log.warning(
+        "%s:%d: ignoring %d layer line%s after the %d declared on line %d, starting with %r "
+        "(ncnn ignores them too)",
+        source,
+        first_line,
+        len(extra),
+        s,
+        layer_count,
+        counts_line,
+        " ".join(_TOKEN.findall(first))[:60],
+    )
+
+
+def _check_blob_count(graph: _Graph, blob_count: int, counts_line: int) -> None:
+    """ncnn sizes its blob table from the declared count: a layer producing more blobs than
+    that fails there ("too many blobs"), while unused slots are harmless. Same here."""
+    produced = len(graph.blob_names)
+    if produced > blob_count:
+        first_over = graph.producer[graph.blob_names[blob_count]]
+        raise ModelFormatError(
+            f"declares {blob_count} blobs (line {counts_line}) but the layers produce "
+            f"{produced}; blob {graph.blob_names[blob_count]!r} is number {blob_count + 1}",
+            file=graph.source,
+            line=first_over.line,
+            layer=first_over.name,
+        )
+    if produced < blob_count:
+        log.warning(
+            "%s:%d: declares %d blobs but the layers produce %d (ncnn leaves the rest unused)",
+            graph.source,
+            counts_line,
+            blob_count,
+            produced,
+        )
 
 
 # -- reading the source ------------------------------------------------------------------------
