@@ -55,9 +55,14 @@ def _open_device(index: int | None) -> None:
     """Thread body: open the device that ``open_net`` will ask for. A failure here is left for
     that call to raise, where the user's command reports it."""
     try:
-        from .gpu import get_gpu_count, get_gpu_device
+        # The instance first: gpu._instance needs only Vulkan, so the driver loads while the
+        # main thread imports numpy (which gpu._device needs, and waits for here).
+        from .gpu._instance import get_gpu_count
 
         if get_gpu_count() > 0:
+            _mark("instance_created")
+            from .gpu._device import get_gpu_device
+
             get_gpu_device(index)
             _mark("device_opened")
     except Exception:  # the main thread's own call raises it
