@@ -81,7 +81,9 @@ def _extract(
     for name in outputs:
         ex = net.create_extractor()
         for in_name, array in inputs.items():
-            ex.input(in_name, ncnn.Mat(np.ascontiguousarray(array, np.float32)))
+            # a Mat over numpy's memory has no refcount, and ncnn's light mode reads it
+            # (a null pointer) before an in-place first layer: give ncnn its own copy
+            ex.input(in_name, ncnn.Mat(np.ascontiguousarray(array, np.float32)).clone())
         status, mat = ex.extract(name)
         if status != 0:
             raise AssertionError(f"ncnn cannot extract {name!r} (status {status})")
