@@ -133,7 +133,7 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.param"
     bad.write_text("7767517\n1 1\nFrobnicate x 0 1 y\n")
     proc = cli("run", str(bad), str(M / "model.bin"))
-    assert proc.returncode == 1 and "unknown layer type 'Frobnicate'" in proc.stderr
+    assert proc.returncode == 1 and "unsupported layer type: Frobnicate (line 3" in proc.stderr
     assert "bad.param:3" in proc.stderr
 
 

@@ -280,6 +280,27 @@ class TestDeclaredCounts:
         assert "nanodet.param:10: ignoring 1 layer line" in caplog.text
 
 
+def test_every_unsupported_type_is_named_at_once_with_its_lines() -> None:
+    text = (
+        _net("ReLU     ", "LRN      ")
+        .replace("Pooling  ", "PriorBox ", 1)
+        .replace("Softmax  ", "LRN      ", 1)
+    )
+    with pytest.raises(ModelFormatError) as info:
+        parse_param_text(text, "model.param", known_types=KNOWN)
+    err = info.value
+    assert str(err) == "model.param: unsupported layer types: LRN (lines 5, 8), PriorBox (line 6)"
+    assert (err.file, err.line, err.layer) == ("model.param", None, None)
+
+
+def test_other_errors_come_first_and_unknown_types_in_ignored_lines_do_not_count() -> None:
+    broken = _net("ReLU     ", "LRN      ").replace("1 1 4 out0", "1 1 nope out0")
+    with pytest.raises(ModelFormatError, match="unknown blob 'nope'"):
+        parse_param_text(broken, "model.param", known_types=KNOWN)
+    pf = parse_param_text(NET + "LRN extra 1 1 out0 x\n", "model.param", known_types=KNOWN)
+    assert len(pf.layers) == 6
+
+
 RELU = "relu_0                   1 1 1 2 0=1.000000e-01"
 
 
@@ -319,8 +340,8 @@ MALFORMED = [
     (_relu("relu_0 1 1 1 1"), "twice (first by layer 'conv_0' on line 4)", 5, "relu_0"),
     (_net("1 1 2 3 0=0", "1 2 2 3 3 0=0"), "blob '3' is produced twice", 6, "maxpool2d_0"),
     (_relu("conv_0 1 1 1 2"), "duplicate layer name 'conv_0' (first on line 4)", 5, "conv_0"),
-    (_net("ReLU     ", "Frobnicate "), "unknown layer type 'Frobnicate'", 5, "relu_0"),
-    (_net("ReLU     ", "Relu     "), "type 'Relu' (did you mean 'ReLU'?)", 5, "relu_0"),
+    (_net("ReLU     ", "Frobnicate "), "unsupported layer type: Frobnicate (line 5)", 5, "relu_0"),
+    (_net("ReLU     ", "Relu     "), "type: Relu (line 5; did you mean 'ReLU'?)", 5, "relu_0"),
     (_relu("relu_0 1 1 1"), "missing blob names", 5, "relu_0"),
     (_relu("relu_0 1 1 1 0=1"), "found param '0=1' after 1 of them", 5, "relu_0"),
     (_net("1 1 3 4 0=10", "2 1 3 0=10"), "expects 2 input and 1 output", 7, "linear_0"),

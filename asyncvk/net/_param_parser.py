@@ -99,7 +99,7 @@ def parse_param(
     """Parse a text ``.param`` from a path (``str`` or PathLike), its bytes, or a file object.
 
     ``known_types``, when given, rejects layer types outside it, so a model that cannot run is
-    refused at parse time with the line that names the type.
+    refused at parse time, naming every such type with its lines.
     """
     name, raw = _read_source(source)
     text = raw if isinstance(raw, str) else _decode(raw, name)
@@ -165,6 +165,7 @@ def _parse_param_text(text: str, source: str, known_types: Collection[str] | Non
     parsed: dict[str, ParamDict] = {}
     for n, line in body:
         graph.add(_parse_layer(line, _Where(source, n), parsed))
+    graph.check_types()
     _check_blob_count(graph, blob_count, counts_line)
     return ParamFile(tuple(graph.layers), tuple(graph.blob_names), source)
 
@@ -481,14 +482,13 @@ class _Graph:
         self.blob_names: list[str] = []
         self.producer: dict[str, LayerDecl] = {}
         self.by_name: dict[str, LayerDecl] = {}
+        #: Layers whose type is not in known_types, by type in order of first appearance.
+        self.unsupported: dict[str, list[LayerDecl]] = {}
 
     def add(self, decl: LayerDecl) -> None:
         where: dict[str, Any] = {"file": self.source, "line": decl.line, "layer": decl.name}
         if self.known_types is not None and decl.type not in self.known_types:
-            by_lower = {t.lower(): t for t in self.known_types}
-            close = difflib.get_close_matches(decl.type.lower(), list(by_lower), n=1)
-            hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
-            raise ModelFormatError(f"unknown layer type {decl.type!r}{hint}", **where)
+            self.unsupported.setdefault(decl.type, []).append(decl)
         first = self.by_name.get(decl.name)
         if first is not None:
             raise ModelFormatError(
@@ -511,6 +511,30 @@ class _Graph:
             self.blob_names.append(blob)
         self.by_name[decl.name] = decl
         self.layers.append(decl)
+
+    def check_types(self) -> None:
+        """Name every unsupported type at once, each with its lines, so that one attempt
+        shows all that a model needs (not one type per try)."""
+        if not self.unsupported:
+            return
+        assert self.known_types is not None  # only then is anything unsupported
+        by_lower = {t.lower(): t for t in self.known_types}
+        parts = []
+        for kind, decls in self.unsupported.items():
+            lines = ", ".join(str(d.line) for d in decls)
+            where = f"line{'s' if len(decls) > 1 else ''} {lines}"
+            close = difflib.get_close_matches(kind.lower(), list(by_lower), n=1)
+            hint = f"; did you mean {by_lower[close[0]]!r}?" if close else ""
+            parts.append(f"{kind} ({where}{hint})")
+        s = "s" if len(parts) > 1 else ""
+        decls = [d for found in self.unsupported.values() for d in found]
+        only = decls[0] if len(decls) == 1 else None  # one line: name it as other errors do
+        raise ModelFormatError(
+            f"unsupported layer type{s}: {', '.join(parts)}",
+            file=self.source,
+            line=only.line if only else None,
+            layer=only.name if only else None,
+        )
 
 
 __all__ = ("LayerDecl", "ParamFile", "model_error", "parse_param", "parse_param_text")
