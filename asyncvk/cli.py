@@ -145,6 +145,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0 if devices or args.json else 1
 
 
+def _cmd_layers(args: argparse.Namespace) -> int:
+    from .layers._catalog import layer_catalog, layers_markdown, layers_text
+
+    infos = layer_catalog()
+    if args.markdown:
+        sys.stdout.write(layers_markdown(infos))
+        return 0
+    data = {"count": len(infos), "layers": [info.as_json() for info in infos]}
+    _print(args, data, lambda: print(layers_text(infos), end=""))
+    return 0
+
+
 # -- run / bench / warm -------------------------------------------------------------------------
 
 
@@ -662,6 +674,12 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="list Vulkan devices, capabilities and quirks")
     info.add_argument("--json", action="store_true")
     info.set_defaults(func=_cmd_info)
+
+    layers = sub.add_parser("layers", help="the ncnn layer types asyncvk runs, GPU or CPU")
+    layers_format = layers.add_mutually_exclusive_group()
+    layers_format.add_argument("--json", action="store_true")
+    layers_format.add_argument("--markdown", action="store_true", help="docs/layers.md")
+    layers.set_defaults(func=_cmd_layers)
 
     run = sub.add_parser("run", help="load a model, run it once, write outputs")
     _model_args(run)

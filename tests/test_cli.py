@@ -144,3 +144,28 @@ def test_a_malformed_serve_warm_up_is_one_line_before_anything_starts() -> None:
     assert len(lines) == 1 and lines[0].startswith("asyncvk: error:")
     assert "expected NAME=C,H,W, got 'in0'" in lines[0]
     assert "serving on" not in proc.stdout
+
+
+def test_layers_lists_every_registered_type_with_where_it_runs() -> None:
+    from asyncvk.layers._catalog import layer_catalog, layers_markdown
+
+    catalog = layer_catalog()
+    proc = cli("layers", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["count"] == len(catalog) == len(report["layers"])
+    assert report["layers"] == [info.as_json() for info in catalog]
+    conv = next(entry for entry in report["layers"] if entry["type"] == "Convolution")
+    assert conv["runs_on"] == "GPU" and conv["family"] == "convolution"
+    proc = cli("layers")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    on_gpu = sum(info.runs_on == "GPU" for info in catalog)
+    assert lines[0] == f"{len(catalog)} ncnn layer types: {on_gpu} on the GPU, " + (
+        f"{len(catalog) - on_gpu} on the CPU"
+    )
+    assert [line.split()[:2] for line in lines[1:]] == [[i.type, i.runs_on] for i in catalog]
+    proc = cli("layers", "--markdown")
+    assert proc.returncode == 0 and proc.stdout == layers_markdown(catalog)
+    proc = cli("layers", "--json", "--markdown")
+    assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
