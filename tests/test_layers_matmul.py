@@ -1,0 +1,128 @@
+"""Gemm (and MatMul) against ncnn itself: the same .param/.bin through the ncnn wheel's CPU fp32
+and through asyncvk's GPU path (which must not fall back to the CPU) and its CPU path."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward, tagged, write_model
+
+from asyncvk._errors import ModelFormatError
+from asyncvk.gpu import VulkanDevice
+
+RNG = np.random.default_rng(15)
+
+
+@dataclass(frozen=True)
+class GemmCase:
+    """One Gemm layer: its params, its input blob shapes and its constant operands' shapes
+    (in ncnn's load order A, B, C)."""
+
+    params: str
+    inputs: list[tuple[int, ...]]
+    weights: list[tuple[int, ...]] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        shapes = "+".join("x".join(map(str, s)) for s in self.inputs)
+        return f"{self.params.replace(' ', ',') or 'default'}@{shapes or 'none'}"
+
+
+GEMM_CASES = [
+    # two input blobs, every transpose, alpha and beta
+    GemmCase("", [(5, 7), (7, 6)]),
+    GemmCase("2=1", [(7, 5), (7, 6)]),
+    GemmCase("3=1", [(5, 7), (6, 7)]),
+    GemmCase("0=0.5 2=1 3=1", [(7, 5), (6, 7)]),
+    # a C blob: each broadcast ncnn infers from its shape, beta and alpha on it
+    GemmCase("0=1.5 1=0.25", [(5, 7), (7, 6), (1,)]),
+    GemmCase("1=2", [(5, 7), (7, 6), (5,)]),
+    GemmCase("", [(5, 7), (7, 6), (6,)]),
+    GemmCase("", [(5, 7), (7, 6), (5, 1)]),
+    GemmCase("1=-1", [(5, 7), (7, 6), (5, 6)]),
+    GemmCase("", [(5, 7), (7, 6), (1, 6)]),
+    GemmCase("", [(6, 7), (7, 6), (6,)]),  # M == N: a 1-D C of that length is per column
+    GemmCase("", [(5, 7), (7, 6), (2, 3, 4)]),  # fits no broadcast: its first value
+    # output layouts
+    GemmCase("14=1", [(5, 7), (7, 6), (5, 6)]),
+    GemmCase("11=1", [(5, 7), (7, 6)]),
+    GemmCase("11=1 14=1", [(5, 7), (7, 6)]),
+    GemmCase("12=1 13=1", [(5, 7), (7, 6)]),
+    # 1-D and 3-D (one row per channel) operands, K of 1
+    GemmCase("", [(7,), (7, 6)]),
+    GemmCase("3=1", [(5, 1, 7), (6, 1, 7)]),
+    GemmCase("", [(5, 2, 7), (7, 6)]),  # ncnn reads the first row of each channel
+    GemmCase("2=1 3=1", [(7, 2, 5), (6, 3, 7)]),
+    GemmCase("", [(3, 5, 1, 7), (7, 6)]),  # and the first (d, h) rows of a 4-D blob
+    GemmCase("", [(5, 1), (1, 6)]),
+    # constant operands: B (vision_transformer's Linear), A, both; every constant C type
+    *[
+        GemmCase(f"3=1 5=1 6=1 7=5 8=6 9=7 10={t}", [(5, 7)], [(6, 7), c])
+        for t, c in ((0, (1,)), (1, (5,)), (2, (5, 1)), (3, (5, 6)), (4, (1, 6)))
+    ],
+    GemmCase("3=1 5=1 6=1 8=6 9=7 10=-1", [(5, 7)], [(6, 7)]),
+    GemmCase("0=0.5 1=3 5=1 8=6 9=7", [(5, 7), (5, 6)], [(7, 6)]),
+    GemmCase("2=1 4=1 7=5 9=7", [(7, 6)], [(7, 5)]),
+    GemmCase("4=1 5=1 7=5 8=6 9=7", [(5, 6)], [(5, 7), (7, 6)]),
+    GemmCase("4=1 5=1 6=1 7=5 8=6 9=7 10=3", [], [(5, 7), (7, 6), (5, 6)]),
+    # sizes past one workgroup's 32x32 block, odd edges
+    GemmCase("3=1 5=1 6=1 8=37 9=19 10=4", [(45, 19)], [(37, 19), (1, 37)]),
+]
+
+
+def _gemm_model(tmp_path: Path, case: GemmCase) -> tuple[Model, dict[str, np.ndarray]]:
+    names = [f"in{i}" for i in range(len(case.inputs))]
+    lines = [f"Input {n} 0 1 {n}" for n in names]
+    lines.append(f"Gemm gemm {len(names)} 1 {' '.join(names)} out0 {case.params}")
+    text = f"7767517\n{len(lines)} {len(names) + 1}\n" + "\n".join(lines)
+    weights = [tagged(RNG.standard_normal(s).astype(np.float32)) for s in case.weights]
+    model = write_model(tmp_path, text, weights)
+    inputs = {
+        n: RNG.standard_normal(s).astype(np.float32)
+        for n, s in zip(names, case.inputs, strict=True)
+    }
+    return model, inputs
+
+
+@pytest.mark.parametrize("case", GEMM_CASES, ids=[c.id for c in GEMM_CASES])
+async def test_gemm_matches_ncnn(device: VulkanDevice, tmp_path: Path, case: GemmCase) -> None:
+    model, inputs = _gemm_model(tmp_path, case)
+    theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
+    gpu, cpu_types = await asyncvk_forward(model, inputs, ["out0"], gpu=True)
+    assert "Gemm" not in cpu_types, "Gemm fell back to the CPU"
+    assert_close(gpu["out0"], theirs, "gpu")
+    cpu, _ = await asyncvk_forward(model, inputs, ["out0"], gpu=False)
+    assert_close(cpu["out0"], theirs, "cpu")
+
+
+BAD_GEMM = [
+    ("18=1", "param 18 quantize_term=1"),
+    ("2=2", "param 2 transA=2 must be 0 or 1"),
+    ("4=1 9=7", "constantM and 9 constantK must be > 0"),
+    ("5=1 8=6", "constantN and 9 constantK must be > 0"),
+    ("5=1 6=1 8=6 9=7 10=5", "param 10 constant_broadcast_type_C=5"),
+    ("7=-3", "param 7 constantM=-3 is negative"),
+    ("5=1 8=99999999 9=7", "param 8 (constantN) = 99999999 exceeds the limit"),
+]
+
+
+@pytest.mark.parametrize(("params", "message"), BAD_GEMM)
+async def test_gemm_bad_params_refused(tmp_path: Path, params: str, message: str) -> None:
+    from asyncvk import Net
+
+    text = f"7767517\n2 2\nInput in0 0 1 in0\nGemm gemm 1 1 in0 out0 {params}"
+    model = write_model(tmp_path, text)
+    async with Net() as net:
+        with pytest.raises(ModelFormatError, match=re.escape(message)) as caught:
+            await net.load_param(model.param)
+    assert "m.param:4" in str(caught.value) and "gemm" in str(caught.value)
+
+
+async def test_gemm_k_mismatch_is_an_error(device: VulkanDevice, tmp_path: Path) -> None:
+    model, inputs = _gemm_model(tmp_path, GemmCase("", [(5, 7), (8, 6)]))
+    with pytest.raises(Exception, match=r"disagree on K \(7 != 8\)"):
+        await asyncvk_forward(model, inputs, ["out0"], gpu=True)
