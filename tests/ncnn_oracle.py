@@ -87,7 +87,9 @@ def _extract(
         status, mat = ex.extract(name)
         if status != 0:
             raise AssertionError(f"ncnn cannot extract {name!r} (status {status})")
-        result[name] = np.array(mat, dtype=np.float32, copy=True)
+        # an empty Mat (DetectionOutput with nothing detected) crashes the wheel's conversion
+        empty = mat.empty()
+        result[name] = np.zeros(0, np.float32) if empty else np.array(mat, np.float32, copy=True)
         del mat
         ex.clear()
         del ex
