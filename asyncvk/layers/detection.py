@@ -197,17 +197,23 @@ class PriorBox(Layer):
         return boxes.astype(_F32)
 
 
-def descending_order(scores: list[float]) -> list[int]:
-    """The permutation ncnn's ``qsort_descent_inplace`` applies to ``scores``.
+def descending_order(scores: list[float], count: int | None = None) -> list[int]:
+    """The first ``count`` (default all) of the permutation ncnn's ``qsort_descent_inplace``
+    applies to ``scores``.
 
     A Hoare quicksort with the middle element as pivot: not stable, so equal scores end up in
     an order that only this exact algorithm reproduces. Sub-ranges are disjoint, so an explicit
-    stack gives the same result as ncnn's recursion without Python's depth limit.
+    stack gives the same result as ncnn's recursion without Python's depth limit. When no two
+    of the first ``count`` scores (nor the last of them and the next) are equal, that prefix is
+    unique and a plain sort gives it.
     """
     values = list(scores)
+    wanted = len(values) if count is None else max(0, min(count, len(values)))
+    by_score = np.argsort(-np.asarray(values, dtype=np.float64), kind="stable")
+    head = np.asarray(values, dtype=np.float64)[by_score[: wanted + 1]]
+    if np.unique(head).size == head.size:
+        return [int(k) for k in by_score[:wanted]]
     order = list(range(len(values)))
-    if len(set(values)) == len(values):  # no ties: the descending order is unique
-        return sorted(order, key=lambda k: -values[k])
     stack = [(0, len(values) - 1)] if values else []
     while stack:
         left, right = stack.pop()
@@ -227,7 +233,7 @@ def descending_order(scores: list[float]) -> list[int]:
             stack.append((left, j))
         if i < right:
             stack.append((i, right))
-    return order
+    return order[:wanted]
 
 
 def _cpp_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -358,8 +364,8 @@ class DetectionOutput(Layer):
         for label in range(1, num_class):
             rows.extend(self._class_rows(label, scores[:, label], boxes))
         out = np.array(rows, dtype=_F32).reshape(-1, _ROW)
-        order = descending_order([float(s) for s in out[:, 1]])
-        return [np.ascontiguousarray(out[order[: self.keep_top_k]])]
+        order = descending_order([float(s) for s in out[:, 1]], self.keep_top_k)
+        return [np.ascontiguousarray(out[order])]
 
     def _decode(self, inputs: list[np.ndarray], num_prior: int) -> np.ndarray:
         """Every prior's box from its offsets (ncnn skips priors whose background score is
@@ -393,7 +399,7 @@ class DetectionOutput(Layer):
         if passed.size == 0:
             return []
         class_scores = scores[passed]
-        order = descending_order([float(s) for s in class_scores])[: self.nms_top_k]
+        order = descending_order([float(s) for s in class_scores], self.nms_top_k)
         picked = passed[order]
         kept = picked[nms_keep(boxes[picked], self.nms_threshold)]
         rows = np.empty((kept.size, _ROW), dtype=_F32)
