@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward, tagged, write_model
 
+from asyncvk import Net
 from asyncvk._errors import ModelFormatError
 from asyncvk.gpu import VulkanDevice
 
@@ -112,7 +113,6 @@ BAD_GEMM = [
 
 @pytest.mark.parametrize(("params", "message"), BAD_GEMM)
 async def test_gemm_bad_params_refused(tmp_path: Path, params: str, message: str) -> None:
-    from asyncvk import Net
 
     text = f"7767517\n2 2\nInput in0 0 1 in0\nGemm gemm 1 1 in0 out0 {params}"
     model = write_model(tmp_path, text)
@@ -126,3 +126,75 @@ async def test_gemm_k_mismatch_is_an_error(device: VulkanDevice, tmp_path: Path)
     model, inputs = _gemm_model(tmp_path, GemmCase("", [(5, 7), (8, 6)]))
     with pytest.raises(Exception, match=r"disagree on K \(7 != 8\)"):
         await asyncvk_forward(model, inputs, ["out0"], gpu=True)
+
+
+MATMUL_CASES = [
+    ("", (7,), (7,)),
+    ("", (5, 7), (7, 6)),
+    ("0=1", (5, 7), (6, 7)),
+    ("", (7,), (7, 6)),
+    ("0=1", (7,), (6, 7)),
+    ("", (5, 7), (7,)),
+    ("0=1", (5, 7), (7,)),  # transB does not apply to a 1-D B
+    ("", (7,), (3, 7, 6)),
+    ("", (7,), (2, 3, 7, 6)),
+    ("", (3, 5, 7), (7,)),
+    ("", (2, 3, 5, 7), (7,)),
+    ("", (3, 5, 7), (3, 7, 6)),
+    ("0=1", (3, 5, 7), (1, 6, 7)),
+    ("", (1, 5, 7), (3, 7, 6)),
+    ("", (5, 7), (3, 7, 6)),
+    ("0=1", (3, 5, 7), (6, 7)),
+    ("", (2, 3, 5, 7), (2, 3, 7, 6)),
+    ("0=1", (2, 1, 5, 7), (1, 3, 6, 7)),
+    ("", (3, 5, 7), (2, 3, 7, 6)),
+    ("", (2, 3, 5, 7), (7, 6)),
+    ("", (2, 3, 37, 19), (2, 1, 19, 41)),
+]
+
+
+@pytest.mark.parametrize(
+    ("params", "a", "b"),
+    MATMUL_CASES,
+    ids=[f"{p or 'default'}@{a}x{b}" for p, a, b in MATMUL_CASES],
+)
+async def test_matmul_matches_ncnn(
+    device: VulkanDevice, tmp_path: Path, params: str, a: tuple[int, ...], b: tuple[int, ...]
+) -> None:
+    text = (
+        f"7767517\n3 3\nInput in0 0 1 in0\nInput in1 0 1 in1\nMatMul mm 2 1 in0 in1 out0 {params}"
+    )
+    model = write_model(tmp_path, text)
+    inputs = {"in0": RNG.standard_normal(a).astype(np.float32)}
+    inputs["in1"] = RNG.standard_normal(b).astype(np.float32)
+    theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
+    gpu, cpu_types = await asyncvk_forward(model, inputs, ["out0"], gpu=True)
+    assert "MatMul" not in cpu_types, "MatMul fell back to the CPU"
+    assert_close(gpu["out0"], theirs, "gpu")
+    cpu, _ = await asyncvk_forward(model, inputs, ["out0"], gpu=False)
+    assert_close(cpu["out0"], theirs, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "message"),
+    [
+        ((5, 7), (8, 6), r"disagree on K \(7 != 8\)"),
+        ((2, 5, 7), (3, 7, 6), "do not broadcast"),
+    ],
+)
+async def test_matmul_bad_shapes_are_errors(
+    device: VulkanDevice, tmp_path: Path, a: tuple[int, ...], b: tuple[int, ...], message: str
+) -> None:
+    text = "7767517\n3 3\nInput in0 0 1 in0\nInput in1 0 1 in1\nMatMul mm 2 1 in0 in1 out0"
+    model = write_model(tmp_path, text)
+    inputs = {"in0": np.zeros(a, np.float32), "in1": np.zeros(b, np.float32)}
+    with pytest.raises(Exception, match=message):
+        await asyncvk_forward(model, inputs, ["out0"], gpu=True)
+
+
+async def test_matmul_bad_param_refused(tmp_path: Path) -> None:
+    text = "7767517\n3 3\nInput in0 0 1 in0\nInput in1 0 1 in1\nMatMul mm 2 1 in0 in1 out0 0=2"
+    model = write_model(tmp_path, text)
+    async with Net() as net:
+        with pytest.raises(ModelFormatError, match=r"m\.param:5, layer 'mm'.*param 0 transB=2"):
+            await net.load_param(model.param)

@@ -280,3 +280,87 @@ def _c_term(c: np.ndarray, kind: int, m: int, n: int) -> np.ndarray:
     if kind == 3:
         return c[: m * n].reshape(m, n)
     return np.repeat(c[None, :n], m, axis=0)
+
+
+def _batched(shape: Shape, vector_is_column: bool) -> tuple[int, int, int, int]:
+    """A MatMul operand as (c, d, rows, cols): batch dims padded in front with 1s, a 1-D
+    operand one row (A) or one column (B)."""
+    if len(shape) == 1:
+        return (1, 1, shape[0], 1) if vector_is_column else (1, 1, 1, shape[0])
+    padded = (1,) * (4 - len(shape)) + tuple(shape)
+    return padded[0], padded[1], padded[2], padded[3]
+
+
+def _batch_strides(dims: tuple[int, int, int, int]) -> tuple[int, int]:
+    """Element strides of the two batch levels of a contiguous (c, d, h, w) blob; 0 where the
+    level is 1 (it broadcasts)."""
+    c, d, h, w = dims
+    return (d * h * w if c > 1 else 0), (h * w if d > 1 else 0)
+
+
+@register_layer("MatMul")
+class MatMul(Layer):
+    """pnnx's torch.matmul: ``A @ B`` (0 transB: B's last two axes swapped), batch dims
+    broadcast numpy-style, 1-D operands a row (A) or a column (B; transB does not apply),
+    and 1-D times 1-D a (1,) dot product, as ncnn shapes them."""
+
+    transB = Param(0, int, 0)
+
+    one_blob_only = False
+    gpu = True
+
+    def validate(self) -> None:
+        if self.transB not in (0, 1):
+            raise ValueError(f"MatMul: param 0 transB={self.transB} must be 0 or 1")
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        return (2, 2), (1, 1)
+
+    def _plan(self, a: Shape, b: Shape) -> tuple[Shape, tuple[int, int], tuple[int, int, int]]:
+        """(output shape, batch (c, d), (M, N, K)) for operands of these shapes."""
+        if len(a) > 4 or len(b) > 4:
+            raise ValueError(f"MatMul: operands {a} and {b}: at most 4-D")
+        ca, da, m, ka = _batched(a, False)
+        cb, db, kb, n = _batched(b, True)
+        if self.transB and len(b) > 1:
+            kb, n = n, kb
+        if ka != kb:
+            raise ValueError(f"MatMul: A {a} and B {b} disagree on K ({ka} != {kb})")
+        batch = []
+        for x, y in ((ca, cb), (da, db)):
+            if x != y and 1 not in (x, y):
+                raise ValueError(f"MatMul: batch dims of A {a} and B {b} do not broadcast")
+            batch.append(max(x, y))
+        if len(a) == 1 and len(b) == 1:
+            return (1,), (1, 1), (m, n, ka)
+        dims = max(len(a), len(b))
+        out = batch[4 - dims :] if dims > 2 else []
+        out += ([m] if len(a) > 1 else []) + ([n] if len(b) > 1 else [])
+        return tuple(out), (batch[0], batch[1]), (m, n, ka)
+
+    def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
+        return [self._plan(tuple(input_shapes[0]), tuple(input_shapes[1]))[0]]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        a, b = (np.asarray(x, _F32) for x in inputs)
+        shape = self._plan(a.shape, b.shape)[0]
+        if self.transB and b.ndim > 1:
+            b = np.swapaxes(b, -1, -2)
+        return [np.ascontiguousarray(np.matmul(a, b), _F32).reshape(shape)]
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        return {"gemm": gemm_spec(False)}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        a, b = inputs
+        _, batch, (m, n, k) = self._plan(a.shape, b.shape)
+        a4, b4 = _batched(a.shape, False), _batched(b.shape, True)
+        a1, a2 = _batch_strides(a4)
+        b1, b2 = _batch_strides(b4)
+        a_op = Operand(a, a4[3], 1, a1, a2)
+        if self.transB and len(b.shape) > 1:
+            b_op = Operand(b, 1, b4[3], b1, b2)
+        else:
+            b_op = Operand(b, b4[3], 1, b1, b2)
+        out_op = Operand(outputs[0], n, 1, batch[1] * m * n, m * n)
+        dispatch_gemm(ctx, "gemm", (m, n, k), a_op, b_op, out_op, batch=batch)
