@@ -1,10 +1,11 @@
 #version 450
-// LRN, one invocation per element of a (c, h, w) blob: x * (bias + alpha_div_size * ss)^-beta,
-// ss the sum of squares over the window. Across channels (region_type 0) the window is the
-// local_size channels from q - local_size/2 that exist (as the ncnn wheel: older ncnn sources
-// took one more for an even local_size); within a channel (1) it is local_size^2
-// pixels starting local_size/2 up and left, outside pixels counting as 0. Squares are added
-// in ncnn's order (channel by channel; row by row) so the sums round as ncnn's do.
+// LRN, one invocation per element of a (c, h, w) blob (x: pixel, z: channel):
+// out = x * (bias + alpha_div_size * ss)^-beta, ss the sum of squares over the window.
+// Across channels (region_type 0) the window is the local_size channels from q - local_size/2
+// that exist (as the ncnn wheel: older ncnn sources took one more for an even local_size);
+// within a channel (1) it is local_size^2 pixels starting local_size/2 up and left, outside
+// pixels counting as 0. Squares are added in ncnn's order (channel by channel; row by row) so
+// the sums round as ncnn's do.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int region_type = 0;
@@ -19,11 +20,11 @@ layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
 layout(push_constant) uniform Params { int w; int h; int c; } p;
 
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int yx = int(gl_GlobalInvocationID.x);
+    int q = int(gl_GlobalInvocationID.z);
     int plane = p.w * p.h;
-    if (i >= plane * p.c) return;
-    int q = i / plane;
-    int yx = i % plane;
+    if (yx >= plane || q >= p.c) return;
+    int i = q * plane + yx;
     float ss = 0.0;
     if (region_type == 0) {
         int first = max(q - local_size / 2, 0);

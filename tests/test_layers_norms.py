@@ -15,6 +15,7 @@ from conftest import needs_vulkan
 from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward, raw, write_model
 
 from asyncvk._errors import ModelFormatError
+from asyncvk.layers import norms
 from asyncvk.net._plan import PlanError
 
 pytest.importorskip("ncnn")
@@ -99,6 +100,19 @@ async def test_matches_ncnn(tmp_path: Path, case: Case, gpu: bool) -> None:
     ours, cpu_types = await asyncvk_forward(model, inputs, ["out1"], gpu=gpu)
     assert_close(ours["out1"], theirs, case.id)
     assert cpu_types == set(), f"fell back to the CPU: {cpu_types}"
+
+
+async def test_a_workgroup_normalizes_several_rows_when_there_are_more_rows_than_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past 65535 rows a workgroup takes rows r, r + groups, ...: the same with 3 groups."""
+    monkeypatch.setattr(norms, "_MAX_ROW_GROUPS", 3)
+    case = Case("layernorm-more-rows-than-groups", "LayerNorm 0=6 1=1e-5", (4, 5, 6), (6, 6))
+    model, inputs = _run_case(tmp_path, case)
+    theirs = ncnn_forward(model, inputs, ["out1"])["out1"]
+    ours, cpu_types = await asyncvk_forward(model, inputs, ["out1"])
+    assert_close(ours["out1"], theirs, case.id)
+    assert cpu_types == set()
 
 
 BAD_PARAMS = [

@@ -121,8 +121,8 @@ class LRN(Layer):
         shape = inputs[0].shape
         c, h, w = (1,) * (3 - len(shape)) + tuple(shape)
         push = pack_push("3i", w, h, c)
-        n = inputs[0].size
-        ctx.dispatch("lrn", [inputs[0], outputs[0]], push, groups_1d(n, local_size_1d(ctx.info)))
+        groups = (groups_1d(w * h, local_size_1d(ctx.info))[0], 1, c)
+        ctx.dispatch("lrn", [inputs[0], outputs[0]], push, groups)
 
 
 def _window_sum_channels(square: np.ndarray, size: int) -> np.ndarray:
