@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from ._errors import AsyncVkError
 from ._process_clock import since_process_start
+from ._progress import Progress
 
 
 def _print(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], None]) -> None:
@@ -94,24 +95,6 @@ def _clock(report: dict[str, Any]) -> dict[str, Any]:
     return clock
 
 
-class _ProgressBar:
-    """A one-line bar on a terminal; silent when stderr is piped."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.enabled = sys.stderr.isatty()
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or total <= 0:
-            return
-        width = 30
-        filled = int(width * done / total)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 # -- info ---------------------------------------------------------------------------------------
 
 
@@ -160,7 +143,7 @@ def _cmd_layers(args: argparse.Namespace) -> int:
 # -- run / bench / warm -------------------------------------------------------------------------
 
 
-def _config(args: argparse.Namespace) -> Any:
+def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
     from ._runner import RunConfig
 
     if getattr(args, "cache", None) and getattr(args, "cache_dir", None):
@@ -180,7 +163,7 @@ def _config(args: argparse.Namespace) -> Any:
         compile_threads=getattr(args, "compile_threads", None),
         must_hit=getattr(args, "must_hit", False),
         shape_hints=getattr(args, "shape_hints", False),
-        progress=_ProgressBar("loading") if not args.json else None,
+        progress=progress.counter("loading model") if progress else None,
     )
 
 
@@ -195,7 +178,7 @@ def _refuse_unsafe_cache_target(path: str | None) -> None:
         raise ValueError(f"--cache {path}: {why}")
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
+async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     import numpy as np
 
     from ._runner import cache_counters, close_net, default_output, load_npy, memory_peaks, open_net
@@ -203,7 +186,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     _mark("imports_done")
     inputs = [load_npy(s) for s in args.input]
     outputs = [s.partition("=") for s in args.output]
-    opened = await open_net(_config(args))
+    opened = await open_net(_config(args, progress))
     report = opened.report
     try:
         net = opened.net
@@ -213,8 +196,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         for name, array in inputs:
             ex.input(name, array)
         results = {}
-        for name in names:
-            results[name] = await ex.extract(name)
+        with progress.step("first inference"):
+            for name in names:
+                results[name] = await ex.extract(name)
         report["infer_s"] = time.perf_counter() - t0
         _mark("first_output")
         report["_first_output_monotonic"] = time.monotonic()
@@ -233,6 +217,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             for k, v in results.items()
         }
     finally:
+        progress.close()
         report.update(await close_net(opened, release=args.release_at_exit))
     return report
 
@@ -240,7 +225,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
-    report = asyncio.run(_run(args))
+    with Progress.for_terminal(args.quiet) as progress:
+        report = asyncio.run(_run(args, progress))
     report["clock"] = _clock(report)
 
     def text() -> None:
@@ -273,7 +259,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _bench(args: argparse.Namespace) -> dict[str, Any]:
+async def _bench(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     import statistics
 
     import numpy as np
@@ -284,7 +270,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
     shapes = [parse_input_shape(s) for s in args.shape]
     if not shapes:
         raise ValueError("bench needs at least one --shape NAME=C,H,W")
-    opened = await open_net(_config(args))
+    opened = await open_net(_config(args, progress))
     report = opened.report
     try:
         net = opened.net
@@ -300,12 +286,19 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
             await ex.extract(target)
             return time.perf_counter() - t
 
-        report["first_infer_s"] = await once()
+        with progress.step("first inference"):
+            report["first_infer_s"] = await once()
         _mark("first_output")
         report["_first_output_monotonic"] = time.monotonic()
-        for _ in range(args.warmup):
-            await once()
-        times = [await once() for _ in range(args.loops)]
+        with progress.step("warm-up runs", args.warmup) as done:
+            for _ in range(args.warmup):
+                await once()
+                done()
+        times = []
+        with progress.step("timed runs", args.loops) as done:
+            for _ in range(args.loops):
+                times.append(await once())
+                done()
         report["latency_ms"] = {
             "min": min(times) * 1000,
             "median": statistics.median(times) * 1000,
@@ -314,6 +307,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         }
         report.update(cache_counters(opened))
     finally:
+        progress.close()
         report.update(await close_net(opened, release=args.release_at_exit))
     return report
 
@@ -321,7 +315,8 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import asyncio
 
-    report = asyncio.run(_bench(args))
+    with Progress.for_terminal(args.quiet) as progress:
+        report = asyncio.run(_bench(args, progress))
     report["clock"] = _clock(report)
 
     def text() -> None:
@@ -342,7 +337,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _warm(args: argparse.Namespace) -> dict[str, Any]:
+async def _warm(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     import numpy as np
 
     from ._runner import cache_counters, close_net, default_output, open_net, parse_input_shape
@@ -350,7 +345,7 @@ async def _warm(args: argparse.Namespace) -> dict[str, Any]:
     if not args.cache and not args.cache_dir:
         raise ValueError("cache warm needs --cache FILE or --cache-dir DIR --graph-key KEY")
     shapes = [parse_input_shape(s) for s in args.shape]
-    opened = await open_net(_config(args))
+    opened = await open_net(_config(args, progress))
     report = opened.report
     try:
         net = opened.net
@@ -358,10 +353,12 @@ async def _warm(args: argparse.Namespace) -> dict[str, Any]:
             ex = net.create_extractor()
             for n, s in shapes:
                 ex.input(n, np.zeros(s, np.float32))
-            await ex.extract(args.output or default_output(net))
+            with progress.step("inference at the given shapes"):
+                await ex.extract(args.output or default_output(net))
             report["warmed_shapes"] = {n: list(s) for n, s in shapes}
         report.update(cache_counters(opened))
     finally:
+        progress.close()
         report.update(await close_net(opened, release=args.release_at_exit))
     return report
 
@@ -369,7 +366,8 @@ async def _warm(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_cache_warm(args: argparse.Namespace) -> int:
     import asyncio
 
-    report = asyncio.run(_warm(args))
+    with Progress.for_terminal(args.quiet) as progress:
+        report = asyncio.run(_warm(args, progress))
 
     def text() -> None:
         print(
@@ -630,6 +628,9 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
         "--must-hit", action="store_true", help="fail instead of compiling any shader cold"
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bars (they show only on a terminal)"
+    )
 
 
 def _count(least: int) -> Callable[[str], int]:
