@@ -283,6 +283,24 @@ async def test_layer_given_the_wrong_number_of_blobs_is_refused_at_load(
             await net.load_param(param)
 
 
+NEGATIVE_COUNT_CASES = [
+    ("BatchNorm bn 1 1 a out0 0=-3", "BatchNorm param 0 (channels) = -3 must be >= 0"),
+    ("Scale sc 1 1 a out0 0=-2", "Scale param 0 (scale_data_size) = -2 must be >= 0"),
+    ("Bias b 1 1 a out0 0=-1", "Bias param 0 (bias_data_size) = -1 must be >= 0"),
+    ("PReLU p 1 1 a out0 0=-4", "PReLU param 0 (num_slope) = -4 must be >= 0"),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), NEGATIVE_COUNT_CASES)
+async def test_a_negative_per_channel_count_is_refused_at_load(line: str, message: str) -> None:
+    """ncnn would read a negative count of weights: refused with the param named."""
+    param = tiny_param("Input in0 0 1 a", "Input in1 0 1 b", line)
+    where = f"<bytes>:5, layer '{line.split()[1]}': "
+    with pytest.raises(ModelFormatError, match=re.escape(where + message)):
+        async with Net(Option(use_vulkan_compute=False)) as net:
+            await net.load_param(param)
+
+
 async def test_noop_with_fewer_tops_passes_its_first_input(
     tmp_path: Path, use_vulkan: bool
 ) -> None:

@@ -43,7 +43,7 @@ def _check_count(have: int, what: str, shape: tuple[int, ...], need: int | None 
 
 def _check_count_param(layer: Layer, param: Param[int], allowed: int | None = None) -> None:
     """A per-channel count param must be >= 0 (``allowed`` names one negative it may take)."""
-    value = param.__get__(layer)
+    value = getattr(layer, param.name)
     if value < 0 and value != allowed:
         raise ValueError(
             f"{layer.type_name} param {param.id} ({param.name}) = {value} must be >= 0"
