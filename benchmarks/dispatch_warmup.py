@@ -40,7 +40,8 @@ async def main():
     opened = await open_net(RunConfig(f"{folder}/model.param", f"{folder}/model.bin"))
     net = opened.net
     dev = net.device
-    pipelines = {id(p): p for n in net.nodes for p in (n.pipelines or {}).values()}
+    bound = net.gpu_model.bound.values()
+    pipelines = {id(p): p for n in bound for p in n.pipelines.values()}
     t0 = time.perf_counter()
     if mode != "none":
         scratch = dev.allocate(1 << 20)

@@ -8,6 +8,7 @@ import each other without a cycle.
 from __future__ import annotations
 
 import ast
+import inspect
 import itertools
 from pathlib import Path
 
@@ -123,3 +124,34 @@ def test_no_cycle_between_parts() -> None:
                 reach[p] |= reach[q]
     cycles = sorted(p for p in parts if p in reach[p])
     assert not cycles, f"parts that import themselves through others: {cycles}"
+
+
+def _net_modules_reached(start: str) -> set[str]:
+    """Every ``asyncvk.net`` module ``start`` imports, directly or through others (type-only
+    imports included: a plan must not even name the Net)."""
+    reached, todo = set(), [start]
+    while todo:
+        module = todo.pop()
+        path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+        for _, imported in imported_modules(path):
+            if imported.startswith("asyncvk.net.") and imported not in reached:
+                reached.add(imported)
+                todo.append(imported)
+    return reached
+
+
+def test_a_plan_never_sees_the_net() -> None:
+    """Plan(graph, gpu_model, shapes, target) is made from the parsed graph and what one load
+    holds on a device (issue 14): it neither imports the Net's module, nor takes, names or
+    reads a Net (``plan.net.device`` was how it found its device)."""
+    from asyncvk.net._plan import Plan
+
+    assert "asyncvk.net._net" not in _net_modules_reached("asyncvk.net._plan")
+    tree = ast.parse((PACKAGE / "net" / "_plan.py").read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    assert not names & {"net", "Net", "_net"}, names & {"net", "Net", "_net"}
+    params = inspect.signature(Plan).parameters
+    assert list(params) == ["graph", "gpu_model", "input_shapes", "target"]
+    assert not [p for p in params.values() if "Net" in str(p.annotation)]

@@ -153,7 +153,9 @@ def test_a_plan_larger_than_the_host_has_is_refused_before_allocating(
                 pytest.skip("the device has memory of its own: its heap is the limit")
             before = net.device.allocator.stats()
             with pytest.raises(InputTooLargeError) as caught:
-                Plan(net, {net.blob_index["in0"]: shape}, net.blob_index["out0"])
+                Plan(
+                    net.graph, net.gpu_model, {net.blob_index["in0"]: shape}, net.blob_index["out0"]
+                )
             assert net.device.allocator.stats() == before  # nothing was allocated
             assert re.fullmatch(
                 r"inputs \{'in0': \(3, 800, 800\)\} need 19\d MiB of blobs at once, over the "

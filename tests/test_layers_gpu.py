@@ -289,11 +289,11 @@ async def test_both_convolution_shaders(
     expected, cpu_net = await _run(case, False, inputs, param, weights)
     await cpu_net.aclose()
     got, gpu_net = await _run(case, True, inputs, param, weights)
+    assert gpu_net.gpu_model is not None
     shaders = {
         spec.shader
-        for node in gpu_net.nodes
-        if node.vulkan is not None
-        for spec in node.vulkan.pipeline_specs().values()
+        for bound in gpu_net.gpu_model.bound.values()
+        for spec in bound.gpu_layer.pipeline_specs().values()
     }
     await gpu_net.aclose()
     params = dict(kv.split("=", 1) for kv in case.params.split())

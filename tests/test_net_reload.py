@@ -13,6 +13,7 @@ from asyncvk import ModelFormatError
 from asyncvk.gpu import VulkanDevice
 from asyncvk.net._modelbin import ModelBinReader
 from asyncvk.net._net import Net
+from asyncvk.net._option import Option
 
 MODELS = Path(__file__).parent / "models"
 SQUEEZENET = MODELS / "squeezenet"
@@ -181,3 +182,18 @@ async def test_a_load_param_that_fails_keeps_the_loaded_model(device: VulkanDevi
         with pytest.raises(ModelFormatError, match=r"unsupported layer type: Bogus \(line"):
             await net.load_param(bad.encode())
         np.testing.assert_array_equal(await ex.extract("out0"), expected)
+
+
+async def test_a_cpu_extraction_in_flight_keeps_the_weights_it_started_with(tmp_path: Path) -> None:
+    """Without Vulkan a reload does not wait for extractions: the new weights are read into
+    fresh layers (a Graph is read into once), never into the ones a running extraction uses."""
+    weights_b = await _perturbed_bin(SQUEEZENET, tmp_path)
+    async with Net(Option(use_vulkan_compute=False)) as net:
+        await _load(net, SQUEEZENET / "model.param", SQUEEZENET / "model.bin")
+        y_a = await _extract(net, SQUEEZENET)
+        running = asyncio.create_task(_extract(net, SQUEEZENET))
+        await asyncio.sleep(0)  # the extraction runs its layers in a worker thread
+        await net.load_model(weights_b)
+        y_b = await _extract(net, SQUEEZENET)
+        np.testing.assert_array_equal(await running, y_a)
+        assert not np.allclose(y_b, y_a, rtol=1e-3, atol=1e-3)

@@ -5,8 +5,9 @@ the GPU or its CPU reference, gives every GPU blob an offset in one arena by liv
 bytes return to the arena after its last reader), and records one command buffer per run of
 consecutive GPU layers. Running a plan only copies inputs in, submits, and copies outputs out.
 
-A plan is used by one extraction at a time (its arena holds that inference's blobs); the Net
-keeps a small pool per shape for concurrent extractions.
+A plan is used by one extraction at a time (its arena holds that inference's blobs); its
+GpuModel keeps a small pool per shape for concurrent extractions. A plan sees the graph and the
+GpuModel it records with, never the Net.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import numpy as np
@@ -25,9 +26,11 @@ from .._input_limits import check_plan_fits
 from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer, MemoryKind
 from ..layers._gpu_api import GpuBlob
+from ._graph import Graph, GraphNode
+from ._plan_memory import assign_offsets, live_ranges
 
-if TYPE_CHECKING:
-    from ._net import Net, _Node
+if TYPE_CHECKING:  # a GpuModel makes plans: at run time this module needs only its attributes
+    from ._gpu_model import BoundNode, GpuModel
 
 Shape = tuple[int, ...]
 
@@ -37,20 +40,10 @@ class PlanError(AsyncVkError):
 
 
 @dataclass
-class _Storage:
-    """Bytes in the arena shared by a blob and its aliases."""
-
-    nbytes: int
-    first: int  # step index of the definition
-    last: int  # step index of the last use
-    offset: int = -1
-
-
-@dataclass
 class _Segment:
     """A run of GPU layers recorded into one command buffer."""
 
-    nodes: list[_Node]
+    nodes: list[GraphNode]
     upload: list[int] = field(default_factory=list)  # blobs written by the host before it
     download: list[int] = field(default_factory=list)  # blobs read by the host after it
     recorder: CommandRecorder | None = None
@@ -58,14 +51,14 @@ class _Segment:
 
 @dataclass
 class _CpuStep:
-    node: _Node
+    node: GraphNode
 
 
 class _Context:
     """The RecordContext a GPU layer records through."""
 
-    def __init__(self, plan: Plan, node: _Node, recorder: CommandRecorder) -> None:
-        self.info = plan.net.device.info
+    def __init__(self, plan: Plan, node: BoundNode, recorder: CommandRecorder) -> None:
+        self.info = plan.device.info
         self._plan = plan
         self._node = node
         self._rec = recorder
@@ -86,15 +79,15 @@ class _Context:
         self._rec.dispatch(self._node.pipelines[pipeline], bufs, push, groups)
 
     def weight(self, name: str) -> Buffer:
-        return self._node.weight_buffers[name]
+        return self._node.weights[name]
 
     def scratch(self, nbytes: int) -> Buffer:
-        buf = self._plan.net.device.allocate(max(nbytes, 4))
+        buf = self._plan.device.allocate(max(nbytes, 4))
         self._plan.owned.append(buf)
         return buf
 
     def constant(self, array: np.ndarray) -> Buffer:
-        buf = self._plan.net.device.upload_sync(np.ascontiguousarray(array))
+        buf = self._plan.device.upload_sync(np.ascontiguousarray(array))
         self._plan.owned.append(buf)
         return buf
 
@@ -103,10 +96,17 @@ class _Context:
 
 
 class Plan:
-    """Everything needed to run the graph for one set of input shapes and one output."""
+    """Everything needed to run the graph for one set of input shapes and one output.
 
-    def __init__(self, net: Net, input_shapes: dict[int, Shape], target: int) -> None:
-        self.net = net
+    ``gpu_model`` is what ``graph`` was loaded as on a device: its layers' pipelines and
+    weights, the device, the storage type; recording counts on it."""
+
+    def __init__(
+        self, graph: Graph, gpu_model: GpuModel, input_shapes: dict[int, Shape], target: int
+    ) -> None:
+        self.graph = graph
+        self.gpu_model = gpu_model
+        self.device = gpu_model.device
         self.target = target
         self.input_shapes = dict(input_shapes)
         self.owned: list[Buffer] = []
@@ -120,7 +120,7 @@ class Plan:
         self._views: dict[int, Buffer] = {}
         self._staging: dict[int, Buffer] = {}
         self._readback: dict[int, Buffer] = {}
-        self.dtype = np.dtype(np.float16 if net.storage_fp16 else np.float32)
+        self.dtype = np.dtype(np.float16 if gpu_model.storage_fp16 else np.float32)
         start = time.perf_counter()
         try:
             self._build()
@@ -132,12 +132,42 @@ class Plan:
 
     # -- planning ----------------------------------------------------------------------------
 
-    def _needed_nodes(self) -> list[_Node]:
-        return needed_nodes(self.net, set(self.input_shapes), self.target)
-
     def _build(self) -> None:
-        net = self.net
-        nodes = self._needed_nodes()
+        nodes = needed_nodes(self.graph, set(self.input_shapes), self.target)
+        on_gpu = self._place(nodes)
+        run = [n for n in nodes if n.index in on_gpu]
+        self.steps = _group_steps(run, on_gpu)
+        device_blobs = self._share_storage(run, on_gpu)
+        self._plan_transfers(run, on_gpu)
+        position = {node.index: p for p, node in enumerate(run)}
+        spans = [
+            (
+                position[step.nodes[0].index],
+                position[step.nodes[-1].index],
+                step.upload,
+                [self.root.get(t, t) for t in step.download],
+            )
+            for step in self.steps
+            if isinstance(step, _Segment)
+        ]
+        sizes = {b: self._nbytes(self.shapes[b]) for b in device_blobs}
+        storages = live_ranges(run, self.root, sizes, spans, self.target)
+        self.sum_blob_bytes = sum(st.nbytes for st in storages.values())
+        self.peak_bytes = assign_offsets(list(storages.values()), self.device.allocator.alignment)
+        if storages:
+            self._check_fits(self.peak_bytes)
+            self.arena = self.device.allocate(max(self.peak_bytes, 4))
+            for b, st in storages.items():
+                self._views[b] = self.arena.sub(st.offset, st.nbytes)
+        host_visible = self.arena is not None and self.arena.host_visible
+        for step in self.steps:
+            if isinstance(step, _Segment):
+                step.recorder = self._record(step, host_visible)
+
+    def _place(self, nodes: list[GraphNode]) -> dict[int, bool]:
+        """Infer every blob's shape (``self.shapes``); for each layer that runs, whether on
+        the GPU (an Input already fed does not run)."""
+        bound = self.gpu_model.bound
         shapes: dict[int, Shape] = dict(self.input_shapes)
         on_gpu: dict[int, bool] = {}
         for node in nodes:
@@ -150,28 +180,20 @@ class Plan:
                 raise _cannot_take(node, in_shapes, exc) from exc
             for t, s in zip(node.tops, out_shapes, strict=True):
                 shapes[t] = tuple(map(int, s))
-            on_gpu[node.index] = node.vulkan is not None and node.vulkan.supports(in_shapes)
+            gpu = bound.get(node.index)
+            on_gpu[node.index] = gpu is not None and gpu.gpu_layer.supports(in_shapes)
         self.shapes = shapes
-        run = [n for n in nodes if n.index in on_gpu]
+        return on_gpu
 
-        # Steps: consecutive GPU layers form one segment.
-        steps: list[_Segment | _CpuStep] = []
-        for node in run:
-            if on_gpu[node.index]:
-                if not steps or not isinstance(steps[-1], _Segment):
-                    steps.append(_Segment([]))
-                steps[-1].nodes.append(node)  # type: ignore[union-attr]
-            else:
-                steps.append(_CpuStep(node))
-        self.steps = steps
-
-        # Which blobs live on the device, and the storage (alias root) of each.
+    def _share_storage(self, run: list[GraphNode], on_gpu: dict[int, bool]) -> set[int]:
+        """The blobs that live on the device; ``self.root`` maps each aliasing top (Split,
+        Noop) to the blob whose storage it shares."""
         root: dict[int, int] = {}
         device_blobs: set[int] = set()
         for node in run:
             if not on_gpu[node.index]:
                 continue
-            alias = getattr(node.vulkan, "alias", False)
+            alias = self.gpu_model.bound[node.index].gpu_layer.alias
             for b in node.bottoms:
                 device_blobs.add(root.get(b, b))
             for i, t in enumerate(node.tops):
@@ -182,79 +204,39 @@ class Plan:
                     root[t] = t
                 device_blobs.add(root[t])
         self.root = root
+        return device_blobs
 
-        def storage_of(blob: int) -> int:
-            return root.get(blob, blob)
-
-        # Host transfers around segments.
+    def _plan_transfers(self, run: list[GraphNode], on_gpu: dict[int, bool]) -> None:
+        """What each segment needs written by the host before it and read back after it."""
+        root = self.root
         produced_on_gpu = {t for n in run if on_gpu[n.index] for t in n.tops}
-        for i, step in enumerate(steps):
+        for i, step in enumerate(self.steps):
             if not isinstance(step, _Segment):
                 continue
             inside = {t for n in step.nodes for t in n.tops}
             for n in step.nodes:
                 for b in n.bottoms:
-                    if b not in produced_on_gpu and storage_of(b) not in step.upload:
-                        step.upload.append(storage_of(b))
+                    if b not in produced_on_gpu and root.get(b, b) not in step.upload:
+                        step.upload.append(root.get(b, b))
             later_cpu = {
-                b for s in steps[i + 1 :] if isinstance(s, _CpuStep) for b in s.node.bottoms
+                b for s in self.steps[i + 1 :] if isinstance(s, _CpuStep) for b in s.node.bottoms
             }
             step.download = sorted(t for t in inside if t == self.target or t in later_cpu)
 
-        # Liveness per storage, in layer positions: barriers separate every layer, so a blob's
-        # bytes can be reused by any layer after its last reader, even inside one segment.
-        position = {node.index: p for p, node in enumerate(run)}
-        storages: dict[int, _Storage] = {
-            b: _Storage(self._nbytes(shapes[b]), first=len(run), last=-1) for b in device_blobs
-        }
-        for node in run:
-            p = position[node.index]
-            for b in node.bottoms + node.tops:
-                st = storages.get(root.get(b, b))
-                if st is not None:
-                    if p < st.first:
-                        st.first = p
-                    if p > st.last:
-                        st.last = p
-        for step in steps:
-            if not isinstance(step, _Segment):
-                continue
-            seg_start = position[step.nodes[0].index]
-            seg_end = position[step.nodes[-1].index]
-            for b in step.upload:  # written by the host before the segment starts
-                storages[b].first = min(storages[b].first, seg_start)
-            for t in step.download:  # read back after the segment ends
-                storages[storage_of(t)].last = max(storages[storage_of(t)].last, seg_end)
-        target_storage = storages.get(storage_of(self.target))
-        if target_storage is not None:
-            target_storage.last = len(run)
-        self.sum_blob_bytes = sum(st.nbytes for st in storages.values())
-        self.peak_bytes = _assign_offsets(list(storages.values()), net.device.allocator.alignment)
-        if storages:
-            self._check_fits(self.peak_bytes)
-            self.arena = net.device.allocate(max(self.peak_bytes, 4))
-            for b, st in storages.items():
-                self._views[b] = self.arena.sub(st.offset, st.nbytes)
-
-        host_visible = self.arena is not None and self.arena.host_visible
-        for step in steps:
-            if isinstance(step, _Segment):
-                step.recorder = self._record(step, host_visible)
-
     def _check_fits(self, nbytes: int) -> None:
-        info = self.net.device.info
+        info = self.device.info
         check_plan_fits(
             nbytes,
             device_heap=info.device_local_heap_bytes,
             unified_memory=info.unified_memory,
-            inputs=str({self.net.blob_names[b]: s for b, s in self.input_shapes.items()}),
+            inputs=str({self.graph.blob_names[b]: s for b, s in self.input_shapes.items()}),
         )
 
     def _nbytes(self, shape: Shape) -> int:
         return max(4, math.prod(shape) * self.dtype.itemsize)
 
     def _record(self, segment: _Segment, host_visible: bool) -> CommandRecorder:
-        device = self.net.device
+        device = self.device
         rec = CommandRecorder(device)
         if not host_visible:
             for b in segment.upload:
@@ -265,13 +247,12 @@ class Plan:
             if segment.upload:
                 rec.barrier()
         for node in segment.nodes:
-            vl = node.vulkan
-            assert vl is not None
-            if getattr(vl, "alias", False):
+            gpu = self.gpu_model.bound[node.index]
+            if gpu.gpu_layer.alias:
                 continue
             inputs = [self._blob(b) for b in node.bottoms]
             outputs = [self._blob(t) for t in node.tops]
-            vl.record(_Context(self, node, rec), inputs, outputs)
+            gpu.gpu_layer.record(_Context(self, gpu, rec), inputs, outputs)
             rec.barrier()
         if not host_visible:
             for t in segment.download:
@@ -281,7 +262,7 @@ class Plan:
                 self._readback[t] = readback
                 rec.copy(view, readback)
             rec.barrier()
-        self.net.commands_recorded += 1
+        self.gpu_model.commands_recorded += 1
         return rec.finish()
 
     def _blob(self, blob: int) -> GpuBlob:
@@ -309,7 +290,7 @@ class Plan:
                 for storage in step.upload:
                     self._write(storage, host[storage])
                 assert step.recorder is not None
-                await self.net.device.run(step.recorder)
+                await self.device.run(step.recorder)
                 for t in step.download:
                     host[t] = self._read(t)
             else:
@@ -320,7 +301,7 @@ class Plan:
                     host[t] = value
         if self.target in host:
             return np.asarray(host[self.target], dtype=np.float32)
-        raise PlanError(f"blob {self.net.blob_names[self.target]!r} was not produced")
+        raise PlanError(f"blob {self.graph.blob_names[self.target]!r} was not produced")
 
     def release(self) -> None:
         for step in self.steps:
@@ -342,7 +323,7 @@ class Plan:
     def cpu_layer_count(self) -> int:
         return sum(1 for s in self.steps if isinstance(s, _CpuStep))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, int]:
         return {
             "segments": sum(1 for s in self.steps if isinstance(s, _Segment)),
             "gpu_layers": self.gpu_layer_count,
@@ -357,12 +338,25 @@ class Plan:
 _SHAPE_ERRORS = (ValueError, IndexError, KeyError, ArithmeticError)
 
 
-def _cannot_take(node: _Node, in_shapes: list[Shape], exc: Exception) -> PlanError:
+def _cannot_take(node: GraphNode, in_shapes: list[Shape], exc: Exception) -> PlanError:
     layer = f"layer {node.layer.name!r} ({node.layer.type_name})"
     return PlanError(f"{layer} cannot take inputs {in_shapes}: {exc}")
 
 
-def run_cpu_layer(node: _Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def _group_steps(run: list[GraphNode], on_gpu: dict[int, bool]) -> list[_Segment | _CpuStep]:
+    """Consecutive GPU layers form one segment; each CPU layer is a step of its own."""
+    steps: list[_Segment | _CpuStep] = []
+    for node in run:
+        if not on_gpu[node.index]:
+            steps.append(_CpuStep(node))
+        elif steps and isinstance(steps[-1], _Segment):
+            steps[-1].nodes.append(node)
+        else:
+            steps.append(_Segment([node]))
+    return steps
+
+
+def run_cpu_layer(node: GraphNode, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """A layer's numpy forward, its output shapes checked against the limits first, so a
     blob too large is a PlanError before anything is allocated. Arithmetic is IEEE, as in
     ncnn: an inf or NaN from the weights is a value, not a warning."""
@@ -375,38 +369,19 @@ def run_cpu_layer(node: _Node, inputs: list[np.ndarray]) -> list[np.ndarray]:
         raise _cannot_take(node, in_shapes, exc) from exc
 
 
-def needed_nodes(net: Net, given: set[int], target: int) -> list[_Node]:
+def needed_nodes(graph: Graph, given: set[int], target: int) -> list[GraphNode]:
     """The layers ``target`` depends on, in file order; Input layers must have been fed."""
     wanted = {target}
     needed: set[int] = set()
     missing: list[str] = []
-    for node in reversed(net.nodes):
+    for node in reversed(graph.nodes):
         if not any(t in wanted for t in node.tops) or all(t in given for t in node.tops):
             continue
         if node.layer.type_name == "Input":
-            missing += [net.blob_names[t] for t in node.tops if t in wanted and t not in given]
+            missing += [graph.blob_names[t] for t in node.tops if t in wanted and t not in given]
             continue
         needed.add(node.index)
         wanted.update(node.bottoms)
     if missing:
         raise PlanError(f"input blob(s) {sorted(missing)} were not set")
-    return [n for n in net.nodes if n.index in needed]
-
-
-def _assign_offsets(storages: list[_Storage], alignment: int) -> int:
-    """Greedy first-fit by definition order; returns the arena size (peak bytes)."""
-    live: list[_Storage] = []
-    peak = 0
-    for s in sorted(storages, key=lambda s: (s.first, -s.nbytes)):
-        live = [x for x in live if x.last >= s.first]
-        size = -(-s.nbytes // alignment) * alignment
-        offset = 0
-        for x in sorted(live, key=lambda x: x.offset):
-            end = x.offset + -(-x.nbytes // alignment) * alignment
-            if offset + size <= x.offset:
-                break
-            offset = max(offset, end)
-        s.offset = offset
-        live.append(s)
-        peak = max(peak, offset + size)
-    return peak
+    return [n for n in graph.nodes if n.index in needed]

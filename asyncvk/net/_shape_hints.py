@@ -11,15 +11,22 @@ baked bytes, so a wrong or stale hint costs a pipeline, never a wrong result.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..cache._spec import PipelineSpec
+from ..gpu._info import GpuInfo
 from ..layers._gpu_api import GpuBlob
 from ..layers._gpu_layer import GpuLayer
+from ..layers._paramdict import ParamValue
+from ..layers._registry import layer_class
+from ..shader._options import ShaderOptions
+from ._graph import Graph, import_layers
 from ._param_parser import SHAPE_HINTS_ID, ParamFile, parse_param_text
 
 Shape = tuple[int, ...]
@@ -43,7 +50,7 @@ def encode_hint(shape: Shape) -> tuple[int, int, int, int]:
     raise ValueError(f"shape hints hold 1 to 3 dims, got {shape}")
 
 
-def decode_hints(value: Any, count: int) -> list[Shape | None]:
+def decode_hints(value: ParamValue, count: int) -> list[Shape | None]:
     """The top shapes an id-30 array gives for ``count`` tops (None where it gives none)."""
     out: list[Shape | None] = [None] * count
     if not isinstance(value, tuple) or len(value) != 4 * count:
@@ -65,10 +72,7 @@ def infer_shapes(param: ParamFile, inputs: Mapping[str, Shape]) -> dict[str, Sha
     Input blobs not in ``inputs`` take their Input layer's own shape params, if any. A layer
     whose input shapes are unknown, or whose shape rule refuses them, leaves its tops unknown.
     """
-    from ..layers._registry import layer_class
-    from ._net import _import_layers
-
-    _import_layers()
+    import_layers()
     unknown = sorted(set(inputs) - set(param.input_names))
     if unknown:
         raise ValueError(
@@ -152,7 +156,7 @@ class _Placeholder:
 class _CaptureContext:
     """A RecordContext that only collects ``(pipeline key, push bytes)`` of each dispatch."""
 
-    info: Any
+    info: GpuInfo
 
     def __post_init__(self) -> None:
         self.dispatches: list[tuple[str, bytes]] = []
@@ -178,7 +182,7 @@ class _CaptureContext:
 
 
 def capture_dispatches(
-    layer: GpuLayer, info: Any, inputs: Sequence[Shape], outputs: Sequence[Shape]
+    layer: GpuLayer, info: GpuInfo, inputs: Sequence[Shape], outputs: Sequence[Shape]
 ) -> list[tuple[str, bytes]]:
     """What ``layer`` dispatches for these shapes, or [] when it cannot be captured."""
     if layer.alias:
@@ -193,3 +197,58 @@ def capture_dispatches(
     except Exception:  # hints are an optimisation: a layer that cannot dry-record has none
         return []
     return ctx.dispatches
+
+
+# -- shape-baked pipelines of a loaded graph -----------------------------------------------------
+
+#: (node index, (pipeline key, push bytes), the ``@shapes`` spec that bakes those bytes in)
+BakedRequest = tuple[int, tuple[str, bytes], PipelineSpec]
+
+
+def hinted_shapes(graph: Graph) -> dict[int, Shape]:
+    """Blob shapes the param file hints: id 30 on any layer, or an Input's own params."""
+    shapes: dict[int, Shape] = {}
+    for node in graph.nodes:
+        tops: list[Shape | None] = [None] * len(node.tops)
+        if SHAPE_HINTS_ID in node.params:
+            tops = decode_hints(node.params[SHAPE_HINTS_ID], len(node.tops))
+        if node.layer.type_name == "Input" and tops == [None] and not node.bottoms:
+            try:
+                tops = [tuple(node.layer.output_shapes([])[0])]
+            except ValueError:
+                pass
+        for t, shape in zip(node.tops, tops, strict=True):
+            if shape is not None:
+                shapes[t] = shape
+    return shapes
+
+
+def shape_baked_specs(
+    graph: Graph,
+    gpu_layers: Mapping[int, GpuLayer],
+    info: GpuInfo,
+    shape_variant: Callable[[str], str | None],
+    options: ShaderOptions,
+) -> list[BakedRequest]:
+    """A ``@shapes`` pipeline spec for each dispatch a hinted GPU layer would record.
+
+    ``gpu_layers`` maps node index to its GPU layer; ``shape_variant`` names a shader's
+    shape-baked variant (None when it has none)."""
+    shapes = hinted_shapes(graph)
+    requests: list[BakedRequest] = []
+    for node in graph.nodes:
+        layer = gpu_layers.get(node.index)
+        if layer is None or not all(b in shapes for b in node.bottoms + node.tops):
+            continue
+        specs = layer.pipeline_specs()
+        dispatches = capture_dispatches(
+            layer, info, [shapes[b] for b in node.bottoms], [shapes[t] for t in node.tops]
+        )
+        for key, push in dispatches:
+            spec = specs.get(key)
+            variant = shape_variant(spec.shader) if spec is not None else None
+            if spec is None or variant is None:
+                continue
+            baked = dataclasses.replace(spec, shader=variant, options=options, baked_push=push)
+            requests.append((node.index, (key, push), baked))
+    return requests

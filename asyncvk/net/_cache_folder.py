@@ -1,0 +1,93 @@
+"""ModelCacheFolder: one Net's use of the managed cache folder (``Option.cache_dir`` +
+``graph_key``).
+
+At load, this device's file for the key is loaded into the PipelineCache, unless the model's
+fingerprint changed since it was written; after load, and whenever the cache builds something
+new, the cache is merged with what the folder holds and saved (the Net's AutoSaver calls
+:meth:`ModelCacheFolder.save`, off the request path).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..cache._persist import SaveResult, merge_with_saved
+from ..cache._pipeline_cache import PipelineCache
+
+if TYPE_CHECKING:
+    from ..cache._directory import CacheDirectory
+
+#: A model file as ``load_param``/``load_model`` keep it: a path, or its bytes.
+ModelSource = str | bytes
+
+
+class ModelCacheFolder:
+    """The folder, the key and the model's fingerprint; ``status`` says what the load did."""
+
+    def __init__(self, directory: CacheDirectory, graph_key: str, fingerprint: str) -> None:
+        self.directory = directory
+        self.graph_key = graph_key
+        self.fingerprint = fingerprint
+        #: {"loaded": bool, "reason": str, "stale_removed": int, and "file",
+        #: "entries_used" when a file was loaded, "saved" once one is written}
+        self.status: dict[str, Any] = {}
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        graph_key: str,
+        cache: PipelineCache,
+        param_source: ModelSource,
+        model_source: ModelSource,
+    ) -> ModelCacheFolder:
+        """Look this device's file up and load it into ``cache``; ``status`` tells how it went."""
+        # the folder's module costs about 15 ms to import: only Nets with a cache folder pay it
+        from ..cache._directory import CacheDirectory, model_fingerprint
+
+        directory = CacheDirectory(path, read_only=cache.read_only)
+        fingerprint = await anyio.to_thread.run_sync(model_fingerprint, param_source, model_source)
+        folder = cls(directory, graph_key, fingerprint)
+        identity = cache.device.info.identity
+        found = await anyio.to_thread.run_sync(directory.lookup, graph_key, identity, fingerprint)
+        folder.status = {
+            "loaded": False,
+            "reason": found.reason,
+            "stale_removed": found.stale_removed,
+        }
+        if found.data is not None:
+            result = await anyio.to_thread.run_sync(cache.load_cache, found.data)
+            folder.status.update(
+                loaded=bool(result),
+                reason=result.reason,
+                file=str(found.path),
+                entries_used=result.entries_used,
+            )
+        return folder
+
+    @property
+    def writable(self) -> bool:
+        """False for a read-only folder or cache: it served the load, nothing is saved."""
+        return bool(self.directory.writable)
+
+    async def save(self, cache: PipelineCache) -> SaveResult:
+        """Merge ``cache`` with this key's file (keeping what another process saved), write it."""
+
+        def build(current: bytes | None) -> bytes:
+            return merge_with_saved(cache, current)
+
+        path: Path | None = await anyio.to_thread.run_sync(
+            self.directory.store,
+            self.graph_key,
+            cache.device.info.identity,
+            self.fingerprint,
+            build,
+        )
+        if path is None:
+            return SaveResult(False, f"not saved to {self.directory.path}")
+        self.status["saved"] = str(path)
+        return SaveResult(True, "saved", str(path))

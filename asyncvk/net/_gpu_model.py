@@ -1,0 +1,248 @@
+"""GpuModel: everything one loaded model holds on one device, built and released as one unit.
+
+``GpuModel.load`` binds each GPU layer of a Graph to the device, asks the PipelineCache for
+every pipeline at once (shape-baked ones too, with ``Option.use_shape_hints``) and uploads the
+weights while they build, so a cold start costs the slowest pipeline rather than the sum. The
+model holds each pipeline it got, so ``cache.clear()`` cannot destroy one its plans record
+with; it owns its weight buffers and its pool of plans. ``release()`` frees all of it.
+
+A Net that loads again retires its GpuModel: extractions still running finish on it, then it is
+released (:meth:`GpuModel.retire`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import anyio
+import numpy as np
+
+from ..cache._pipeline_cache import PipelineCache, await_shared
+from ..cache._spec import PipelineSpec
+from ..gpu._device import VulkanDevice
+from ..gpu._memory import Buffer
+from ..gpu._pipeline import PipelineArtifact
+from ..layers._gpu_api import GpuTarget
+from ..layers._gpu_layer import GpuLayer, bind_gpu
+from ._graph import Graph, GraphNode
+from ._option import Option
+from ._plan import Plan, Shape
+from ._plan_pool import PlanPool
+from ._shape_hints import shape_baked_specs
+
+Progress = Callable[[int, int], None]
+#: featmask bit 4: the layer runs on the CPU (ncnn's ``no_vulkan``)
+_FEATMASK_NO_VULKAN = 1 << 4
+#: A pipeline wanted: the node, its key (a name, or (name, push bytes) when shape-baked), spec.
+_Wanted = tuple["BoundNode", str | tuple[str, bytes], PipelineSpec]
+
+
+@dataclass(eq=False)
+class BoundNode:
+    """One graph node's GPU half: its layer bound to the device, pipelines and weights."""
+
+    node: GraphNode
+    gpu_layer: GpuLayer
+    pipelines: dict[str, PipelineArtifact] = field(default_factory=dict)
+    #: Shape-baked pipelines by (pipeline key, push bytes): see ``_shape_hints``.
+    baked: dict[tuple[str, bytes], PipelineArtifact] = field(default_factory=dict)
+    weights: dict[str, Buffer] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuLoadTimes:
+    """What building a GpuModel took: pipelines (all awaited), weights (uploaded) and counts."""
+
+    pipelines_s: float = 0.0
+    upload_s: float = 0.0
+    pipelines_requested: int = 0
+    shape_baked_pipelines: int = 0
+
+
+class GpuModel:
+    """``graph`` on ``device``: bound layers, held pipelines, weight buffers and plans."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        device: VulkanDevice,
+        target: GpuTarget,
+        *,
+        storage_fp16: bool,
+        max_plans_per_shape: int,
+    ) -> None:
+        self.graph = graph
+        self.device = device
+        self.target = target
+        #: Blobs are stored as float16 (else float32).
+        self.storage_fp16 = storage_fp16
+        #: node index -> its GPU half; nodes that run on the CPU are absent.
+        self.bound: dict[int, BoundNode] = {}
+        self.plans = PlanPool(self._make_plan, max_per_shape=max_plans_per_shape)
+        #: Command buffers recorded by this model's plans (a replay records none).
+        self.commands_recorded = 0
+        self.load_times = GpuLoadTimes()
+        self._held: list[PipelineArtifact] = []
+        self._users = 0
+        self._unused: asyncio.Event | None = None
+
+    # -- building ----------------------------------------------------------------------------
+
+    @classmethod
+    async def load(
+        cls,
+        graph: Graph,
+        cache: PipelineCache,
+        opt: Option,
+        *,
+        progress: Progress | None = None,
+    ) -> GpuModel:
+        """Bind, request every pipeline, upload weights meanwhile; released again on failure."""
+        device = cache.device
+        info = device.info
+        options = opt.shader_options()
+        model = cls(
+            graph,
+            device,
+            GpuTarget(options.supported_on(info), info),
+            storage_fp16=opt.use_fp16_storage and info.support_fp16_storage,
+            max_plans_per_shape=opt.max_plans_per_shape,
+        )
+        model._bind()
+        wanted: list[_Wanted] = [
+            (bound, key, dataclasses.replace(spec, options=options))
+            for bound in model.bound.values()
+            for key, spec in bound.gpu_layer.pipeline_specs().items()
+        ]
+        baked: list[_Wanted] = []
+        if opt.use_shape_hints:
+            layers = {i: b.gpu_layer for i, b in model.bound.items()}
+            requests = shape_baked_specs(graph, layers, info, cache.registry.shape_variant, options)
+            baked = [(model.bound[i], key, spec) for i, key, spec in requests]
+        started = cache.request_many(spec for _, _, spec in wanted + baked)
+        futures = [(bound, key, started[spec]) for bound, key, spec in wanted + baked]
+        try:
+            await model._build(futures, progress)
+        except BaseException:
+            model.release()
+            raise
+        model.load_times = dataclasses.replace(
+            model.load_times, pipelines_requested=len(futures), shape_baked_pipelines=len(baked)
+        )
+        return model
+
+    def _bind(self) -> None:
+        """Pair each GPU-capable layer with the device (its params checked for the GPU too)."""
+        for node in self.graph.nodes:
+            if node.layer.featmask & _FEATMASK_NO_VULKAN:
+                continue
+            try:
+                gpu_layer = bind_gpu(node.layer, self.target)
+                if gpu_layer is not None:
+                    gpu_layer.pipeline_specs()
+            except Exception as exc:  # a GPU layer reads the params too: same rule
+                raise self.graph.layer_error(node, exc) from exc
+            if gpu_layer is not None:
+                self.bound[node.index] = BoundNode(node, gpu_layer)
+
+    async def _build(
+        self,
+        futures: list[tuple[BoundNode, str | tuple[str, bytes], Future[PipelineArtifact]]],
+        progress: Progress | None,
+    ) -> None:
+        """Await the pipelines (reporting nodes done) while the weights upload on a thread."""
+        t0 = time.perf_counter()
+        upload = asyncio.ensure_future(anyio.to_thread.run_sync(self._upload_weights))
+        try:
+            pending: dict[int, int] = {}
+            for bound, _key, _fut in futures:
+                pending[bound.node.index] = pending.get(bound.node.index, 0) + 1
+            total = len(self.graph.nodes)
+            done = total - len(pending)
+            if progress:
+                progress(done, total)
+            built: dict[Future[PipelineArtifact], PipelineArtifact] = {}
+            for bound, key, fut in futures:
+                artifact = built.get(fut)
+                if artifact is None:
+                    artifact = built[fut] = await await_shared(fut)
+                    self._held.append(artifact.acquire())  # cache.clear() safe
+                if isinstance(key, tuple):
+                    bound.baked[key] = artifact
+                else:
+                    bound.pipelines[key] = artifact
+                pending[bound.node.index] -= 1
+                if pending[bound.node.index] == 0:
+                    done += 1
+                    if progress:
+                        progress(done, total)
+            pipelines_s = time.perf_counter() - t0
+            await upload
+        except BaseException:
+            # the builds still running go on, owned by the cache; nobody awaits them
+            if not upload.done():
+                upload.cancel()
+            with anyio.CancelScope(shield=True):
+                try:
+                    await upload
+                except BaseException:
+                    pass
+            raise
+        self.load_times = GpuLoadTimes(pipelines_s, time.perf_counter() - t0)
+
+    def _upload_weights(self) -> None:
+        dtype = np.float16 if self.storage_fp16 else np.float32
+        for bound in self.bound.values():
+            try:
+                weights = bound.gpu_layer.weights()
+            except Exception as exc:
+                raise self.graph.layer_error(bound.node, exc) from exc
+            for name, array in weights.items():
+                bound.weights[name] = self.device.upload_sync(
+                    np.ascontiguousarray(array, dtype=dtype)
+                )
+
+    def _make_plan(self, shapes: dict[int, Shape], target: int) -> Plan:
+        return Plan(self.graph, self, shapes, target)
+
+    # -- use and release ---------------------------------------------------------------------
+
+    def enter(self) -> None:
+        """An extraction starts on this model: :meth:`retire` waits for it."""
+        self._users += 1
+
+    def leave(self) -> None:
+        self._users -= 1
+        if self._users == 0 and self._unused is not None:
+            self._unused.set()
+
+    async def retire(self) -> None:
+        """Wait until no extraction uses this model, then release it."""
+        while self._users:
+            self._unused = asyncio.Event()
+            await self._unused.wait()
+        self.release()
+
+    def release(self) -> None:
+        """Free plans and weight buffers and drop the pipeline holds. Idempotent."""
+        self.plans.release()
+        for bound in self.bound.values():
+            for buf in bound.weights.values():
+                buf.release()
+            bound.weights = {}
+            bound.pipelines = {}
+            bound.baked = {}
+        held, self._held = self._held, []
+        for artifact in held:
+            artifact.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"<GpuModel {self.graph.source!r} on {self.device.info.device_name!r} "
+            f"[{len(self.bound)} GPU layers, {len(self.plans.plans)} plan shapes]>"
+        )

@@ -1,0 +1,132 @@
+"""Graph: a parsed model, device-free and immutable: its layers in file order and its blob table.
+
+``build_graph`` creates each layer from its ``.param`` line (params parsed once, blob counts
+checked); ``load_weights`` reads a ``.bin`` into the layers. A Graph holds no GPU state: what one
+load creates on a device is a :class:`~asyncvk.net._gpu_model.GpuModel`.
+
+Reading weights is the one change a layer sees after it is made, so a graph is read into once:
+loading weights again builds fresh layers from the same lines, and a CPU extraction still
+running on the previous graph keeps the weights it started with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from .._errors import ModelFormatError
+from ..layers._base import Layer
+from ..layers._paramdict import ParamDict
+from ..layers._registry import layer_class
+from ._modelbin import ModelBinReader
+from ._param_parser import FEATMASK_ID, ParamFile, model_error
+
+
+def import_layers() -> None:
+    """Register every layer type. Imported on first use (about 60 ms), so importing the
+    package (the CLI's start, ``shapehint``, ``cache`` commands) does not pay for it."""
+    from ..layers import _all  # noqa: F401
+
+
+@dataclass(frozen=True, eq=False)
+class GraphNode:
+    """One layer line: the layer object and its blobs as indices into the blob table."""
+
+    index: int
+    layer: Layer
+    bottoms: tuple[int, ...]
+    tops: tuple[int, ...]
+    #: 1-based line in the ``.param``, for errors raised after parsing.
+    line: int
+    params: ParamDict
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """The layers of one ``.param`` and which blob each reads and writes."""
+
+    param: ParamFile
+    nodes: tuple[GraphNode, ...]
+    blob_index: Mapping[str, int]
+    #: blob index -> index of the node whose top it is
+    producer: Mapping[int, int]
+    #: Whether ``load_weights`` has read a ``.bin`` into these layers.
+    weights_loaded: bool = False
+
+    @property
+    def source(self) -> str:
+        return self.param.source
+
+    @property
+    def blob_names(self) -> tuple[str, ...]:
+        return self.param.blob_names
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.param.input_names
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self.param.output_names
+
+    def layer_error(self, node: GraphNode, exc: BaseException) -> ModelFormatError:
+        """``exc`` raised by ``node``'s layer, as the error that names file, line and layer."""
+        return model_error(exc, file=self.source, line=node.line, layer=node.layer.name)
+
+
+def build_graph(param: ParamFile) -> Graph:
+    """A Graph with a fresh layer per line of ``param`` (params read, no weights)."""
+    import_layers()
+    blob_index = {name: i for i, name in enumerate(param.blob_names)}
+    producer: dict[int, int] = {}
+    nodes: list[GraphNode] = []
+    for i, decl in enumerate(param.layers):
+        cls = layer_class(decl.type)
+        if cls is None:  # the parser checks too; this keeps the invariant local
+            raise ModelFormatError(
+                f"unknown layer type {decl.type!r}",
+                file=param.source,
+                line=decl.line,
+                layer=decl.name,
+            )
+        layer = cls()
+        layer.name = decl.name
+        layer.bottoms = list(decl.bottoms)
+        layer.tops = list(decl.tops)
+        try:
+            layer.featmask = (
+                decl.params.get_int(FEATMASK_ID, 0) if FEATMASK_ID in decl.params else 0
+            )
+            layer.load_param(decl.params)
+            layer.check_blob_counts(len(decl.bottoms), len(decl.tops))
+        except ModelFormatError:
+            raise
+        except Exception as exc:  # whatever a layer raises, the user is told where
+            raise model_error(exc, file=param.source, line=decl.line, layer=decl.name) from exc
+        tops = tuple(blob_index[t] for t in decl.tops)
+        bottoms = tuple(blob_index[b] for b in decl.bottoms)
+        nodes.append(GraphNode(i, layer, bottoms, tops, decl.line, decl.params))
+        producer.update((t, i) for t in tops)
+    return Graph(param, tuple(nodes), MappingProxyType(blob_index), MappingProxyType(producer))
+
+
+def load_weights(graph: Graph, reader: ModelBinReader) -> Graph:
+    """``graph`` with the weights of ``reader`` read into its layers (fresh ones when ``graph``
+    was read into before); the whole ``.bin`` must be used."""
+    if graph.weights_loaded:
+        graph = build_graph(graph.param)
+    for node in graph.nodes:
+        reader.current_layer = node.layer.name
+        try:
+            node.layer.load_model(reader)
+        except ModelFormatError:
+            raise
+        except Exception as exc:
+            raise model_error(
+                exc, file=reader.source, line=node.line, layer=node.layer.name
+            ) from exc
+    reader.current_layer = None
+    reader.check_end()
+    return dataclasses.replace(graph, weights_loaded=True)
