@@ -1,7 +1,9 @@
 #version 450
 // Batched, strided matrix product:
 //   out[b][i][j] = alpha * (beta * C[b][i][j] + sum_k A[b][i][k] * B[b][k][j])
-// in ncnn's Gemm order (the C term first, then k = 0, 1, ..., then alpha). Every operand is
+// in ncnn's Gemm order (the C term first, then k = 0, 1, ..., then alpha); with c_last,
+//   out[b][i][j] = alpha * sum_k A[b][i][k] * B[b][k][j] + beta * C[b][i][j]
+// (attention's scaled scores plus a mask, in that order). Every operand is
 // addressed through element strides in push constants, so a transpose is a stride swap, a
 // broadcast is a zero stride and one head of a multi-head blob is a batch stride: no copies.
 // The batch is two levels (b = b1 * nb2 + b2) for MatMul's broadcast batch dims.
@@ -10,6 +12,7 @@
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int has_c = 0;
+layout(constant_id = 1) const int c_last = 0;
 
 layout(binding = 0) readonly buffer A { sfp a_data[]; };
 layout(binding = 1) readonly buffer B { sfp b_data[]; };
@@ -38,18 +41,17 @@ void main() {
     ivec4 rows = min(ivec4(i0) + ivec4(0, 1, 2, 3), ivec4(p.M - 1));
     ivec4 cols = min(ivec4(j0) + ivec4(0, 1, 2, 3), ivec4(p.N - 1));
 
-    vec4 acc[4];
-    if (has_c == 1) {
-        int cbase = bb.x * p.sc1 + bb.y * p.sc2;
-        ivec4 cc = cols * p.scj;
-        for (int r = 0; r < 4; r++) {
-            int crow = cbase + rows[r] * p.sci;
-            acc[r] = vec4(float(c_data[crow + cc.x]), float(c_data[crow + cc.y]),
-                          float(c_data[crow + cc.z]), float(c_data[crow + cc.w])) * p.beta;
-        }
-    } else {
-        for (int r = 0; r < 4; r++) acc[r] = vec4(0.0);
+    vec4 cv[4];
+    int cbase = bb.x * p.sc1 + bb.y * p.sc2;
+    ivec4 cc = cols * p.scj;
+    for (int r = 0; r < 4; r++) {
+        int crow = cbase + rows[r] * p.sci;
+        cv[r] = has_c == 1 ? vec4(float(c_data[crow + cc.x]), float(c_data[crow + cc.y]),
+                                  float(c_data[crow + cc.z]), float(c_data[crow + cc.w])) * p.beta
+                           : vec4(0.0);
     }
+    vec4 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = c_last == 1 ? vec4(0.0) : cv[r];
 
     ivec4 arow = bb.x * p.sa1 + bb.y * p.sa2 + rows * p.sai;
     ivec4 bcol = bb.x * p.sb1 + bb.y * p.sb2 + cols * p.sbj;
@@ -69,7 +71,9 @@ void main() {
         if (i0 + r >= p.M) break;
         for (int c = 0; c < 4; c++) {
             if (j0 + c >= p.N) break;
-            out_data[obase + (i0 + r) * p.soi + (j0 + c) * p.soj] = sfp(acc[r][c] * p.alpha);
+            float v = acc[r][c] * p.alpha;
+            if (c_last == 1) v += cv[r][c];
+            out_data[obase + (i0 + r) * p.soi + (j0 + c) * p.soj] = sfp(v);
         }
     }
 }

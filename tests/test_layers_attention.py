@@ -143,3 +143,90 @@ async def test_multiheadattention_bad_shapes_are_errors(
         message = r"q must be \(seq, 8\), got shape \(5, 7\)"
     with pytest.raises(Exception, match=message):
         await asyncvk_forward(model, inputs, ["out0"], gpu=True)
+
+
+SDPA_CASES = [
+    # (params, q, k, v, mask)
+    ("", (2, 5, 8), (2, 7, 8), (2, 7, 6), None),
+    ("6=0.7", (3, 5, 8), (3, 5, 8), (3, 5, 8), None),
+    ("", (4, 5, 8), (2, 7, 8), (2, 7, 3), None),  # grouped-query: 2 heads per k/v group
+    ("", (5, 8), (7, 8), (7, 6), None),  # 2-D operands are one head
+    ("5=1", (2, 5, 8), (2, 7, 8), (2, 7, 6), (5, 7)),
+    ("5=1", (4, 5, 8), (2, 7, 8), (2, 7, 6), (1, 5, 7)),
+    ("5=1 6=0.25", (4, 5, 8), (2, 7, 8), (2, 7, 6), (4, 5, 7)),
+    ("", (2, 37, 16), (1, 41, 16), (1, 41, 35), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("params", "q", "k", "v", "mask"),
+    SDPA_CASES,
+    ids=[f"{c[0] or 'default'}@{c[1]}{c[2]}{c[3]}-mask{c[4]}" for c in SDPA_CASES],
+)
+async def test_sdpa_matches_ncnn(
+    device: VulkanDevice,
+    tmp_path: Path,
+    params: str,
+    q: tuple[int, ...],
+    k: tuple[int, ...],
+    v: tuple[int, ...],
+    mask: tuple[int, ...] | None,
+) -> None:
+    shapes = [q, k, v] + ([mask] if mask else [])
+    names = [f"in{i}" for i in range(len(shapes))]
+    lines = [f"Input {n} 0 1 {n}" for n in names]
+    lines.append(f"SDPA sdpa {len(names)} 1 {' '.join(names)} out0 {params}")
+    text = f"7767517\n{len(lines)} {len(names) + 1}\n" + "\n".join(lines)
+    model = write_model(tmp_path, text)
+    inputs = {
+        n: RNG.standard_normal(s).astype(np.float32) for n, s in zip(names, shapes, strict=True)
+    }
+    if mask is not None:
+        inputs["in3"][RNG.random(mask) < 0.2] = -1e9
+    theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
+    gpu, cpu_types = await asyncvk_forward(model, inputs, ["out0"], gpu=True)
+    assert "SDPA" not in cpu_types, "SDPA fell back to the CPU"
+    assert_close(gpu["out0"], theirs, "gpu")
+    cpu, _ = await asyncvk_forward(model, inputs, ["out0"], gpu=False)
+    assert_close(cpu["out0"], theirs, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ("7=1", "param 7 kv_cache is not supported"),
+        ("18=2", "param 18 int8_scale_term=2"),
+        ("5=3", "param 5 attn_mask=3 must be 0 or 1"),
+    ],
+)
+async def test_sdpa_bad_params_refused(tmp_path: Path, params: str, message: str) -> None:
+    text = (
+        "7767517\n4 4\nInput in0 0 1 in0\nInput in1 0 1 in1\nInput in2 0 1 in2\n"
+        f"SDPA sdpa 3 1 in0 in1 in2 out0 {params}"
+    )
+    model = write_model(tmp_path, text)
+    async with Net() as net:
+        with pytest.raises(ModelFormatError, match=re.escape(message)) as caught:
+            await net.load_param(model.param)
+    assert "m.param:6" in str(caught.value) and "sdpa" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [
+        ([(3, 5, 8), (2, 7, 8), (2, 7, 6)], "3 query heads do not split into 2 groups"),
+        ([(2, 5, 8), (2, 7, 4), (2, 7, 6)], "do not fit q"),
+        ([(2, 5, 8), (2, 7, 8), (2, 6, 6)], "do not fit q"),
+    ],
+)
+async def test_sdpa_bad_shapes_are_errors(
+    device: VulkanDevice, tmp_path: Path, shapes: list[tuple[int, ...]], message: str
+) -> None:
+    text = (
+        "7767517\n4 4\nInput in0 0 1 in0\nInput in1 0 1 in1\nInput in2 0 1 in2\n"
+        "SDPA sdpa 3 1 in0 in1 in2 out0"
+    )
+    model = write_model(tmp_path, text)
+    inputs = {f"in{i}": np.zeros(s, np.float32) for i, s in enumerate(shapes)}
+    with pytest.raises(Exception, match=message):
+        await asyncvk_forward(model, inputs, ["out0"], gpu=True)

@@ -35,9 +35,10 @@ class Operand:
         return (self.batch1, self.batch2, self.row, self.col)
 
 
-def gemm_spec(has_c: bool) -> PipelineSpec:
-    """The pipeline for products with (``has_c``) or without a C term."""
-    return PipelineSpec("gemm", (int(has_c),), _LOCAL)
+def gemm_spec(has_c: bool, c_last: bool = False) -> PipelineSpec:
+    """The pipeline for products with (``has_c``) or without a C term; ``c_last`` adds
+    ``beta * C`` after ``alpha`` (``alpha * A @ B + beta * C``) instead of before."""
+    return PipelineSpec("gemm", (int(has_c), int(c_last)), _LOCAL)
 
 
 def dispatch_gemm(
@@ -52,7 +53,8 @@ def dispatch_gemm(
     beta: float = 1.0,
     batch: tuple[int, int] = (1, 1),
 ) -> None:
-    """Record ``out = alpha * (beta * c + a @ b)`` for M x N outputs over K, ``batch`` times.
+    """Record ``out = alpha * (beta * c + a @ b)`` (or, with a ``c_last`` pipeline,
+    ``alpha * a @ b + beta * c``) for M x N outputs over K, ``batch`` times.
 
     ``pipeline`` must be a key of a :func:`gemm_spec` with ``has_c`` matching ``c``.
     """

@@ -170,6 +170,7 @@ class MultiHeadAttention(Layer):
         return {
             "gemm": gemm_spec(True),
             "gemm_noc": gemm_spec(False),
+            "gemm_mask": gemm_spec(True, c_last=True),
             "softmax": PipelineSpec("softmax", (), local_size_1d(target.info)),
         }
 
@@ -194,7 +195,7 @@ class MultiHeadAttention(Layer):
             per_head = src * dst if len(inputs[mi].shape) == 3 else 0
             mask = Operand(inputs[mi], dst, 1, batch1=per_head)
         dispatch_gemm(
-            ctx, "gemm" if mask else "gemm_noc", (src, dst, d),
+            ctx, "gemm_mask" if mask else "gemm_noc", (src, dst, d),
             Operand(q, e, 1, batch1=d), Operand(k, 1, e, batch1=d),
             Operand(scores, dst, 1, batch1=src * dst), mask, batch=(heads, 1),
         )  # fmt: skip
@@ -231,4 +232,119 @@ class MultiHeadAttention(Layer):
             ctx, "gemm", (rows, n, k),
             Operand(x, k, 1), Operand(ctx.weight(weight), 1, k), Operand(out, n, 1),
             Operand(ctx.weight(bias), 0, 1), alpha=alpha,
+        )  # fmt: skip
+
+
+def _heads(shape: Shape) -> tuple[int, int, int]:
+    """(heads, rows, width) of an SDPA operand: a 2-D blob is one head."""
+    if len(shape) == 2:
+        return 1, shape[0], shape[1]
+    if len(shape) != 3:
+        raise ValueError(f"SDPA: operands must be 2-D or 3-D (heads, seq, dim), got {shape}")
+    return shape[0], shape[1], shape[2]
+
+
+@register_layer("SDPA")
+class SDPA(Layer):
+    """torch's scaled_dot_product_attention: inputs q (heads, src, dim), k (groups, dst,
+    dim), v (groups, dst, out_dim) and, with 5 attn_mask, an additive mask (src, dst) or
+    (1 or heads, src, dst); heads share k and v in groups (grouped-query attention).
+    ``softmax(q @ k.T * scale + mask) @ v`` with 6 scale (0: 1/sqrt(dim)), per head; the
+    output is (heads, src, out_dim). 7 kv_cache and 18 int8_scale_term are refused."""
+
+    attn_mask = Param(5, int, 0)
+    scale_param = Param(6, float, 0.0)
+    kv_cache = Param(7, int, 0)
+    int8_scale_term = Param(18, int, 0)
+
+    one_blob_only = False
+    gpu = True
+
+    def validate(self) -> None:
+        if self.kv_cache != 0:
+            raise ValueError("SDPA: param 7 kv_cache is not supported")
+        if self.int8_scale_term != 0:
+            raise ValueError(
+                f"SDPA: param 18 int8_scale_term={self.int8_scale_term}: int8 is not supported"
+            )
+        if self.attn_mask not in (0, 1):
+            raise ValueError(f"SDPA: param 5 attn_mask={self.attn_mask} must be 0 or 1")
+
+    def blob_counts(self) -> tuple[BlobCount, BlobCount]:
+        n = 3 + self.attn_mask
+        return (n, n), (1, 1)
+
+    def scale(self, dim: int) -> float:
+        if self.scale_param == 0.0:
+            return float(_F32(1.0 / math.sqrt(dim)))
+        return self.scale_param
+
+    def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
+        (heads, src, dim), (groups, dst, kdim), (vgroups, vlen, out_dim) = (
+            _heads(tuple(s)) for s in input_shapes[:3]
+        )
+        if kdim != dim or vlen != dst or vgroups != groups:
+            raise ValueError(
+                f"SDPA: k {input_shapes[1]} and v {input_shapes[2]} do not fit q {input_shapes[0]}"
+            )
+        if heads % groups:
+            raise ValueError(f"SDPA: {heads} query heads do not split into {groups} groups")
+        if self.attn_mask:
+            mask = tuple(input_shapes[3])
+            if mask not in ((src, dst), (1, src, dst), (heads, src, dst)):
+                raise ValueError(
+                    f"SDPA: attn_mask must be ({src}, {dst}) or (1 or {heads}, {src}, {dst}), "
+                    f"got {mask}"
+                )
+        return [(heads, src, out_dim)]
+
+    def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        xs = [np.asarray(x, _F32) for x in inputs]
+        (shape,) = self.output_shapes([x.shape for x in xs])
+        q, k, v = (x.reshape(_heads(x.shape)) for x in xs[:3])
+        per_group = q.shape[0] // k.shape[0]
+        k = np.repeat(k, per_group, axis=0)
+        v = np.repeat(v, per_group, axis=0)
+        scores = (q @ k.transpose(0, 2, 1)) * _F32(self.scale(q.shape[2]))
+        if self.attn_mask:
+            scores = scores + xs[3]
+        return [np.asarray(softmax_rows(scores) @ v, _F32).reshape(shape)]
+
+    # -- GPU -------------------------------------------------------------------------------
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        return {
+            "gemm_noc": gemm_spec(False),
+            "gemm_mask": gemm_spec(True, c_last=True),
+            "softmax": PipelineSpec("softmax", (), local_size_1d(target.info)),
+        }
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        (heads, src, dim), (groups, dst, _), (_, _, out_dim) = (_heads(x.shape) for x in inputs[:3])
+        per = heads // groups  # batch level 1: the group, level 2: the head within it
+        scores = ctx.scratch(4 * heads * src * dst)
+        mask = None
+        if self.attn_mask:
+            each = src * dst if len(inputs[3].shape) == 3 and inputs[3].shape[0] > 1 else 0
+            mask = Operand(inputs[3], dst, 1, per * each, each)
+        dispatch_gemm(
+            ctx, "gemm_mask" if mask else "gemm_noc", (src, dst, dim),
+            Operand(inputs[0], dim, 1, per * src * dim, src * dim),
+            Operand(inputs[1], 1, dim, dst * dim, 0),
+            Operand(scores, dst, 1, per * src * dst, src * dst),
+            mask, alpha=self.scale(dim), batch=(groups, per),
+        )  # fmt: skip
+        ctx.barrier()
+        probs = ctx.scratch(4 * heads * src * dst)
+        ctx.dispatch(
+            "softmax", [scores, probs], pack_push("3i", heads * src, dst, 1),
+            groups_1d(heads * src, local_size_1d(ctx.info)),
+        )  # fmt: skip
+        ctx.barrier()
+        dispatch_gemm(
+            ctx, "gemm_noc", (src, out_dim, dst),
+            Operand(probs, dst, 1, per * src * dst, src * dst),
+            Operand(inputs[2], out_dim, 1, dst * out_dim, 0),
+            Operand(outputs[0], out_dim, 1, per * src * out_dim, src * out_dim),
+            batch=(groups, per),
         )  # fmt: skip
