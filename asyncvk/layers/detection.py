@@ -287,7 +287,7 @@ class DetectionOutput(Layer):
 
     The output is a (count, 6) blob of rows [label, score, xmin, ymin, xmax, ymax]; count
     depends on the data and may be 0 (ncnn then leaves its output an empty Mat; asyncvk gives
-    shape (0, 6)). caffe-ssd layout: scores (num_prior, num_class), priors (2, 4 * num_prior)
+    shape (0,), as for the YOLO layers). caffe-ssd layout: scores (num_prior, num_class), priors (2, 4 * num_prior)
     with the variances in row 1. ``num_class`` -233 is mxnet-ssd: scores (num_class, num_prior),
     priors (num_prior, 4), the variances from params 5-8.
     """
@@ -365,6 +365,8 @@ class DetectionOutput(Layer):
             rows.extend(self._class_rows(label, scores[:, label], boxes))
         out = np.array(rows, dtype=_F32).reshape(-1, _ROW)
         order = descending_order([float(s) for s in out[:, 1]], self.keep_top_k)
+        if not order:  # ncnn returns before creating its output: an empty Mat, as YOLO's do
+            return [np.zeros((0,), _F32)]
         return [np.ascontiguousarray(out[order])]
 
     def _decode(self, inputs: list[np.ndarray], num_prior: int) -> np.ndarray:
