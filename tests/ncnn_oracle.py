@@ -53,9 +53,15 @@ def write_model(
 
 
 def ncnn_forward(
-    model: Model, inputs: dict[str, np.ndarray], outputs: list[str]
+    model: Model,
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+    **options: bool,
 ) -> dict[str, np.ndarray]:
-    """ncnn's CPU fp32 outputs (fp16 and bf16 off, so only float32 rounding differs)."""
+    """ncnn's CPU fp32 outputs (fp16 and bf16 off, so only float32 rounding differs).
+
+    ``options`` sets more of ncnn's Option, e.g. ``use_int8_inference=False`` (on by default:
+    layers with int8 scales run int8) or ``use_packing_layout=False``."""
     ncnn = pytest.importorskip("ncnn")
     net = ncnn.Net()
     opt = net.opt
@@ -65,6 +71,8 @@ def ncnn_forward(
     opt.use_fp16_arithmetic = False
     opt.use_bf16_storage = False
     opt.num_threads = 1
+    for name, value in options.items():
+        setattr(opt, name, value)
     if net.load_param(str(model.param)) != 0:
         raise AssertionError(f"ncnn cannot load {model.param}")
     if net.load_model(str(model.bin)) != 0:

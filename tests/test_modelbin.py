@@ -170,14 +170,14 @@ class TestErrors:
             ModelBinReader(b"", "m.bin").load(1, 1)
         assert info.value.layer is None and str(info.value).startswith("m.bin: truncated")
 
-    def test_int8_is_rejected_clearly(self) -> None:
+    def test_int8_outside_an_int8_layer_is_rejected_clearly(self) -> None:
         mb = ModelBinReader(_f32(0.0) + _tag(TAG_INT8) + b"\0" * 8, "q.bin")
         mb.load(1, 1)
         mb.current_layer = "conv_int8"
         with pytest.raises(ModelFormatError, match="int8-quantized weights") as info:
             mb.load(8, 0)
         assert info.value.layer == "conv_int8" and info.value.file == "q.bin"
-        assert "not supported" in str(info.value) and "offset 4" in str(info.value)
+        assert "takes no int8 weights" in str(info.value) and "offset 4" in str(info.value)
         assert mb.offset == 4  # left at the tag
 
     def test_trailing_weights(self) -> None:

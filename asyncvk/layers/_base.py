@@ -31,6 +31,11 @@ class ModelBin(Protocol):
         """
         ...
 
+    def load_int8_or_float(self, w: int) -> np.ndarray:
+        """``load(w, 0)`` for weights ncnn may store quantized (tag 0x000D4B38): a 1-D int8
+        array then, float32 otherwise. Only int8-capable layers call it."""
+        ...
+
 
 class Layer:
     """Base of every layer: parameters, weights, the CPU (numpy) forward pass and, for types

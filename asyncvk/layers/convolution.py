@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..gpu._info import GpuInfo
+from . import _int8
 from ._base import Layer, ModelBin, Shape
 from ._geometry import (
     SAME_LOWER,
@@ -88,6 +89,8 @@ class ConvParams(Layer):
     gpu = True
     weight = np.zeros(0, np.float32)
     bias: np.ndarray | None = None
+    #: The scales of an int8 layer (its weight then holds integer values); see ``_int8``.
+    int8: _int8.Int8Scales | None = None
 
     def validate(self) -> None:
         validate_activation(self.activation_type, self.activation_params)
@@ -151,8 +154,12 @@ class ConvParams(Layer):
     # -- GPU -------------------------------------------------------------------------------
 
     def gpu_specs(self) -> tuple[int | float, ...]:
-        """The specialization constants convolution.comp and deconvolution.comp share."""
+        """The specialization constants convolution.comp and deconvolution.comp share (an
+        int8 layer's float pass has no bias and no activation: its epilogue applies them)."""
         act = gpu_activation(self.activation_type, self.activation_params)
+        bias_term = self.bias_term
+        if self.int8_requested:
+            act, bias_term = (0, 0.0, 0.0), 0
         return (
             self.kernel_w,
             self.kernel_h,
@@ -161,7 +168,7 @@ class ConvParams(Layer):
             self.stride_w,
             self.stride_h,
             self.group,
-            self.bias_term,
+            bias_term,
             act[0],
             float(act[1]),
             float(act[2]),
@@ -170,9 +177,18 @@ class ConvParams(Layer):
     def supports(self, input_shapes: list[Shape]) -> bool:
         return len(input_shapes) == 1 and len(input_shapes[0]) == 3
 
+    @property
+    def int8_requested(self) -> bool:
+        """Whether params make this an int8 layer (only Convolution types read param 8)."""
+        return False
+
     def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
         bias = self.bias if self.bias is not None else np.zeros(1, np.float32)
-        return {"weight": self.arrange(self.weight, target.info), "bias": bias}
+        weights = {"weight": self.arrange(self.weight, target.info), "bias": bias}
+        if self.int8 is not None:
+            weights["bias"] = np.zeros(1, np.float32)
+            weights.update(_int8.gpu_weights(self.int8, self.bias))
+        return weights
 
     def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
         """The weights in the layout the shader reads."""
@@ -193,10 +209,24 @@ class Convolution(ConvParams):
 
     def validate(self) -> None:
         super().validate()
-        if self.int8_scale_term != 0:
-            raise ValueError("param 8 int8_scale_term: int8 quantized layers are not supported")
         if self.dynamic_weight != 0:
             raise ValueError("param 19 dynamic_weight: weights as inputs are not supported")
+
+    @property
+    def int8_requested(self) -> bool:
+        return self.int8_scale_term != 0
+
+    def load_model(self, mb: ModelBin) -> None:
+        if not self.int8_requested:
+            return super().load_model(mb)
+        weight = mb.load_int8_or_float(self.weight_data_size)
+        self.bias = np.asarray(mb.load(self.num_output, 1), np.float32) if self.bias_term else None
+        self.int8 = self.read_int8_scales(mb)
+        self.weight = _int8.quantize_weight(weight, self.int8)
+
+    def read_int8_scales(self, mb: ModelBin) -> _int8.Int8Scales:
+        """ncnn's order: num_output weight scales, the bottom scale, the top one past 100."""
+        return _int8.read_scales(mb, self.num_output, 1, self.int8_scale_term > 100)
 
     def padding(self, h: int, w: int) -> tuple[int, int, int, int]:
         """(top, bottom, left, right) as ncnn's Convolution::make_padding."""
@@ -230,7 +260,7 @@ class Convolution(ConvParams):
 
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         shape = tuple(input_shapes[0])
-        if self._is_innerproduct(shape):
+        if self._is_innerproduct(shape) and not self.int8_requested:
             return [(self.num_output,)]
         c, h, w = chw_shape(shape)
         self._inch_g(c)
@@ -239,17 +269,28 @@ class Convolution(ConvParams):
 
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x0 = np.asarray(inputs[0], np.float32)
+        if self.int8 is not None:
+            self.output_shapes([x0.shape])
+            # exact integer sums in float64, as ncnn's int32
+            q = _int8.quantize(as_chw(x0), self.int8.bottom).astype(np.float64)
+            pad = _int8.pad_value(self.pad_value)
+            sums = self._convolve(q, self.weight.astype(np.float64), pad)
+            act = (self.activation_type, self.activation_params)
+            return [_int8.dequantize(sums, self.int8, self.bias, act)]
         if self._is_innerproduct(x0.shape):
             wmat = self.weight.reshape(self.num_output, -1)
             return [self._finish(wmat @ x0)]
-        x = as_chw(x0)
+        return [self._finish(self._convolve(as_chw(x0), self.weight, self.pad_value))]
+
+    def _convolve(self, x: np.ndarray, weight: np.ndarray, pad_value: float) -> np.ndarray:
+        """The sums of products (no bias, no activation), in ``x``'s dtype."""
         c, h, w = x.shape
         inch_g = self._inch_g(c)
         outh, outw, (top, bottom, left, right) = self._out_hw(h, w)
-        x = border(x, top, bottom, left, right, self.pad_value)
+        x = border(x, top, bottom, left, right, pad_value)
         g = self.group
-        wgroups = self.weight.reshape(g, self.num_output // g, inch_g * self.maxk)
-        out = np.empty((self.num_output, outh, outw), np.float32)
+        wgroups = weight.reshape(g, self.num_output // g, inch_g * self.maxk)
+        out = np.empty((self.num_output, outh, outw), x.dtype)
         # im2col copies every input pixel maxk times: bands of output rows bound that copy
         rows = max(1, IM2COL_BUDGET // max(1, c * self.maxk * outw))
         ext_h = self.kernel_extent[0]
@@ -263,7 +304,7 @@ class Convolution(ConvParams):
             )  # fmt: skip
             grouped = cols.reshape(g, inch_g * self.maxk, band * outw)
             out[:, y0 : y0 + band] = np.matmul(wgroups, grouped).reshape(-1, band, outw)
-        return [self._finish(out)]
+        return out
 
     # -- GPU -------------------------------------------------------------------------------
 
@@ -291,10 +332,16 @@ class Convolution(ConvParams):
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         shader = self.shader(target.info)[0]
-        specs = (*self.gpu_specs(), self.pad_value)
+        pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
+        specs = (*self.gpu_specs(), pad)
         if shader != "convolution":
             specs = specs[:6] + specs[7:]  # only convolution.comp has the group constant (id 6)
-        return {"conv": PipelineSpec(shader, specs, _LOCAL_2D)}
+        pipelines = {"conv": PipelineSpec(shader, specs, _LOCAL_2D)}
+        if self.int8_requested:
+            act = gpu_activation(self.activation_type, self.activation_params)
+            requantize = self.int8_scale_term > 100
+            pipelines |= _int8.pipeline_specs(target, requantize, bool(self.bias_term), act)
+        return pipelines
 
     def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
         if not self._tiled(info):
@@ -309,13 +356,22 @@ class Convolution(ConvParams):
         return np.ascontiguousarray(blocks.transpose(0, 2, 3, 1)).reshape(-1)
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
-        c, h, w = inputs[0].shape
-        oc, oh, ow = outputs[0].shape
+        def convolve(source: GpuBlob) -> None:
+            self._record_conv(ctx, source, outputs[0])
+
+        if self.int8 is None:
+            convolve(inputs[0])
+        else:
+            _int8.record(ctx, self.int8, inputs[0], outputs[0], self.num_output, convolve)
+
+    def _record_conv(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
+        c, h, w = source.shape
+        oc, oh, ow = output.shape
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         _, cols, chans = self.shader(ctx.info)
         groups = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
-        ctx.dispatch("conv", blobs_and_weights(ctx, inputs, outputs), push, groups)
+        ctx.dispatch("conv", blobs_and_weights(ctx, [source], [output]), push, groups)
 
 
 def _same_pad(size: int, kernel: int, dilation: int, stride: int, mode: int) -> int:
@@ -335,6 +391,21 @@ class ConvolutionDepthWise(Convolution):
     ``convolution.comp`` (or the tiled shader when group == 1)."""
 
     group = Param(7, int, 1, limit=MAX_CHANNELS)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.int8_scale_term not in (0, 1, 2, 101, 102):
+            raise ValueError(
+                f"param 8 int8_scale_term={self.int8_scale_term} must be 0, 1 or 101 (a weight "
+                "scale per group), or 2 or 102 (one weight scale)"
+            )
+
+    def read_int8_scales(self, mb: ModelBin) -> _int8.Int8Scales:
+        """ncnn's order: weight scales (one per group, or one), bottom, top past 100."""
+        per_group = self.int8_scale_term in (1, 101)
+        count = self.group if per_group else 1
+        repeat = self.num_output // count
+        return _int8.read_scales(mb, count, repeat, self.int8_scale_term > 100)
 
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         one_input_per_group = self.weight_data_size == self.num_output * self.maxk

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _int8
 from ._base import Layer, ModelBin, Shape
 from ._gpu_api import (
     GpuBlob,
@@ -23,10 +24,11 @@ from .convolution import gpu_activation
 
 @register_layer("InnerProduct")
 class InnerProduct(Layer):
-    """0 num_output, 1 bias_term, 2 weight_data_size, 8 int8 (rejected), 9/10 activation.
+    """0 num_output, 1 bias_term, 2 weight_data_size, 8 int8_scale_term, 9/10 activation.
 
     A dims-2 blob whose width is num_input is a batch of rows (gemm); anything else is
-    flattened whole and gives a 1-D blob.
+    flattened whole and gives a 1-D blob. With param 8 set the layer runs int8 (``_int8``):
+    ncnn's InnerProduct never requantizes, so values over 100 act as 1.
     """
 
     num_output = Param(0, int, 0, limit=MAX_CHANNELS)
@@ -39,10 +41,9 @@ class InnerProduct(Layer):
     gpu = True
     weight = np.zeros((0, 0), np.float32)
     bias: np.ndarray | None = None
+    int8: _int8.Int8Scales | None = None
 
     def validate(self) -> None:
-        if self.int8_scale_term != 0:
-            raise ValueError("param 8 int8_scale_term: int8 quantized layers are not supported")
         validate_activation(self.activation_type, self.activation_params)
         if self.weight_data_size <= 0:
             raise ValueError(f"param 2 weight_data_size={self.weight_data_size} must be > 0")
@@ -57,9 +58,15 @@ class InnerProduct(Layer):
         return self.weight_data_size // self.num_output
 
     def load_model(self, mb: ModelBin) -> None:
-        w = np.asarray(mb.load(self.weight_data_size, 0), np.float32)
-        self.weight = w.reshape(self.num_output, self.num_input)
+        if self.int8_scale_term:
+            w = mb.load_int8_or_float(self.weight_data_size)
+        else:
+            w = np.asarray(mb.load(self.weight_data_size, 0), np.float32)
         self.bias = np.asarray(mb.load(self.num_output, 1), np.float32) if self.bias_term else None
+        if self.int8_scale_term:
+            self.int8 = _int8.read_scales(mb, self.num_output, 1, top=False)
+            w = _int8.quantize_weight(w, self.int8)
+        self.weight = w.reshape(self.num_output, self.num_input)
 
     def output_shapes(self, input_shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         shape = tuple(input_shapes[0])
@@ -72,6 +79,8 @@ class InnerProduct(Layer):
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(inputs[0], np.float32)
         self.output_shapes([x.shape])
+        if self.int8 is not None:
+            return [self._forward_int8(x, self.int8)]
         if x.ndim == 2 and x.shape[1] == self.num_input:
             out = x @ self.weight.T
             if self.bias is not None:
@@ -82,6 +91,15 @@ class InnerProduct(Layer):
                 out = out + self.bias
         return [fused_activation(out, self.activation_type, self.activation_params)]
 
+    def _forward_int8(self, x: np.ndarray, scales: _int8.Int8Scales) -> np.ndarray:
+        """Exact integer sums in float64 (ncnn's int32), then the int8 epilogue."""
+        q = _int8.quantize(x, scales.bottom).astype(np.float64)
+        weight = self.weight.astype(np.float64)
+        act = (self.activation_type, self.activation_params)
+        if x.ndim == 2 and x.shape[1] == self.num_input:
+            return _int8.dequantize(q @ weight.T, scales, self.bias, act, channel_axis=1)
+        return _int8.dequantize(weight @ q.reshape(-1), scales, self.bias, act)
+
     # -- GPU -------------------------------------------------------------------------------
 
     def supports(self, input_shapes: list[Shape]) -> bool:
@@ -90,13 +108,27 @@ class InnerProduct(Layer):
 
     def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
         bias = self.bias if self.bias is not None else np.zeros(1, np.float32)
-        return {"weight": self.weight, "bias": bias}
+        if self.int8 is None:
+            return {"weight": self.weight, "bias": bias}
+        dummy = np.zeros(1, np.float32)
+        return {"weight": self.weight, "bias": dummy, **_int8.gpu_weights(self.int8, self.bias)}
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         act = gpu_activation(self.activation_type, self.activation_params)
-        spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
-        return {"ip": PipelineSpec("innerproduct", spec, (64, 1, 1))}
+        if not self.int8_scale_term:
+            spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
+            return {"ip": PipelineSpec("innerproduct", spec, (64, 1, 1))}
+        # the float pass gives the integer sums; the int8 epilogue adds bias and activation
+        epilogue = _int8.pipeline_specs(target, False, bool(self.bias_term), act)
+        return {"ip": PipelineSpec("innerproduct", (0, 0, 0.0, 0.0), (64, 1, 1)), **epilogue}
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
-        push = pack_push("2i", inputs[0].size, self.num_output)
-        ctx.dispatch("ip", blobs_and_weights(ctx, inputs, outputs), push, (self.num_output, 1, 1))
+        def multiply(source: GpuBlob) -> None:
+            push = pack_push("2i", source.size, self.num_output)
+            bindings = blobs_and_weights(ctx, [source], outputs)
+            ctx.dispatch("ip", bindings, push, (self.num_output, 1, 1))
+
+        if self.int8 is None:
+            multiply(inputs[0])
+        else:
+            _int8.record(ctx, self.int8, inputs[0], outputs[0], self.num_output, multiply)

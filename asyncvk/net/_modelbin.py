@@ -8,7 +8,10 @@ reading, at which offset, and how many bytes it wanted.
 ``type=1`` is raw float32 (w * 4 bytes). ``type=0`` starts with a 4-byte tag:
 
 - ``0x01306B47``: fp16, alignSize(w * 2, 4) bytes;
-- ``0x000D4B38``: int8 (rejected: quantized models are not supported);
+- ``0x000D4B38``: int8, alignSize(w, 4) bytes: only where the layer reads through
+  ``load_int8_or_float`` (int8 Convolution / ConvolutionDepthWise / InnerProduct weights, given
+  back as an int8 array as ncnn's elemsize-1 Mat); elsewhere an error, as ncnn would run
+  garbage;
 - ``0x0002C056``: raw fp32 "with extra scaling", w * 4 bytes;
 - ``0``: raw fp32, w * 4 bytes;
 - any other value: a 256-float codebook, then alignSize(w, 4) uint8 indexes into it.
@@ -83,6 +86,14 @@ class ModelBinReader:
 
     def load(self, w: int, type: int) -> np.ndarray:
         """Read ``w`` values as a new 1-D float32 array (ncnn ``ModelBin::load(w, type)``)."""
+        return self._load(w, type, int8=False)
+
+    def load_int8_or_float(self, w: int) -> np.ndarray:
+        """``load(w, 0)`` for a weight ncnn may store quantized: a new 1-D int8 array when the
+        tag says int8, float32 otherwise."""
+        return self._load(w, 0, int8=True)
+
+    def _load(self, w: int, type: int, int8: bool) -> np.ndarray:
         w = operator.index(w)
         if type not in (0, 1):
             raise ValueError(f"unknown ModelBin load type {type} (0 = tagged, 1 = raw float32)")
@@ -96,10 +107,14 @@ class ModelBinReader:
             raw = self._take(_align4(w * 2), f"fp16 data for {w} values")
             return np.frombuffer(raw, "<f2", count=w).astype(np.float32)
         if tag == TAG_INT8:
+            if int8:
+                raw = self._take(_align4(w), f"int8 data for {w} values")
+                return np.frombuffer(raw, np.int8, count=w).copy()
             self.offset = tag_offset
             self._fail(
-                f"int8-quantized weights (tag 0x{TAG_INT8:08x} at offset {tag_offset}) are not "
-                "supported; convert the model with fp16 or fp32 weights"
+                f"int8-quantized weights (tag 0x{TAG_INT8:08x} at offset {tag_offset}) in a "
+                "layer that takes no int8 weights (only Convolution, ConvolutionDepthWise and "
+                "InnerProduct with param 8 int8_scale_term do)"
             )
         if tag in (0, TAG_FP32_SCALED):
             return self._floats(w, "float32 data")
