@@ -23,6 +23,7 @@ layout(push_constant) uniform Params {
 } p;
 
 #include "std_minmax.h"
+#include "index.h"
 
 float apply(float x, float y) {
     if (op == 0) return x + y;
@@ -41,7 +42,7 @@ float apply(float x, float y) {
 }
 
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     int total = p.shape.x * p.shape.y * p.shape.z * p.shape.w;
     if (i >= total) return;
     int x = i % p.shape.x;

@@ -15,8 +15,10 @@ layout(binding = 3) readonly buffer Bias { sfp bias[]; };
 
 layout(push_constant) uniform Params { int n; int plane; int channels; } p;
 
+#include "index.h"
+
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.n) return;
     int c = per_channel == 1 ? (i / p.plane) % p.channels : 0;
     float x = float(x_in[i]);

@@ -22,8 +22,10 @@ layout(push_constant) uniform Params {
     int col[9];
 } p;
 
+#include "index.h"
+
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.rows * p.row_len) return;
     int row = i / p.row_len;
     int c = i % p.row_len;

@@ -30,12 +30,10 @@ layout(push_constant) uniform Params {
 } p;
 
 #include "std_minmax.h"
+#include "index.h"
 #include "activation.h"
 
-void main() {
-    int ox = int(gl_GlobalInvocationID.x);
-    int oy = int(gl_GlobalInvocationID.y);
-    int oc = int(gl_GlobalInvocationID.z);
+void invoke(int ox, int oy, int oc) {
     if (ox >= p.outw || oy >= p.outh || oc >= p.outc) return;
 
     int in_per_group = p.c / group;
@@ -61,4 +59,12 @@ void main() {
         }
     }
     x_out[(oc * p.outh + oy) * p.outw + ox] = sfp(activation(sum, act_type, act_a, act_b));
+}
+
+void main() {
+    ivec3 id = ivec3(gl_GlobalInvocationID);
+    ivec3 stride = grid_stride();
+    for (int z = id.z; z < p.outc; z += stride.z)
+        for (int y = id.y; y < p.outh; y += stride.y)
+            for (int x = id.x; x < p.outw; x += stride.x) invoke(x, y, z);
 }

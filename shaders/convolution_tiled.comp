@@ -32,11 +32,12 @@ layout(push_constant) uniform Params {
 
 #include "std_minmax.h"
 #include "activation.h"
+#include "index.h"
 
-void main() {
-    int ox0 = int(gl_GlobalInvocationID.x) * 4;
-    int oy = int(gl_GlobalInvocationID.y);
-    int oc0 = int(gl_GlobalInvocationID.z) * 8;
+// one block of 4 columns (tx) by 8 output channels (tz)
+void invoke(int tx, int oy, int tz) {
+    int ox0 = tx * 4;
+    int oc0 = tz * 8;
     if (ox0 >= p.outw || oy >= p.outh || oc0 >= p.outc) return;
 
     const int maxk = kernel_w * kernel_h;
@@ -44,7 +45,7 @@ void main() {
     vec4 b0 = vec4(0.0), b1 = vec4(0.0), b2 = vec4(0.0), b3 = vec4(0.0);  // channels 4-7
     int y0 = oy * stride_h - p.pad_top;
     ivec4 xs = (ivec4(ox0) + ivec4(0, 1, 2, 3)) * stride_w - p.pad_left;
-    int wv = int(gl_GlobalInvocationID.z) * p.c * maxk * 2;
+    int wv = tz * p.c * maxk * 2;
     int plane_size = p.w * p.h;
     for (int ic = 0; ic < p.c; ic++) {
         int plane = ic * plane_size;
@@ -85,4 +86,12 @@ void main() {
             x_out[base + ox0 + j] = sfp(activation(s + bv, act_type, act_a, act_b));
         }
     }
+}
+
+void main() {
+    ivec3 id = ivec3(gl_GlobalInvocationID);
+    ivec3 stride = grid_stride();
+    for (int z = id.z; z < (p.outc + 7) / 8; z += stride.z)
+        for (int y = id.y; y < p.outh; y += stride.y)
+            for (int x = id.x; x < (p.outw + 3) / 4; x += stride.x) invoke(x, y, z);
 }

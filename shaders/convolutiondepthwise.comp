@@ -32,13 +32,13 @@ layout(push_constant) uniform Params {
 
 #include "std_minmax.h"
 #include "activation.h"
+#include "index.h"
 
 const int span = 3 * stride_w + (kernel_w - 1) * dilation_w + 1;  // input columns of 4 outputs
 
-void main() {
-    int ox0 = int(gl_GlobalInvocationID.x) * 4;
-    int oy = int(gl_GlobalInvocationID.y);
-    int ch = int(gl_GlobalInvocationID.z);
+// one block of 4 columns (tx)
+void invoke(int tx, int oy, int ch) {
+    int ox0 = tx * 4;
     if (ox0 >= p.outw || oy >= p.outh || ch >= p.outc) return;
 
     const int maxk = kernel_w * kernel_h;
@@ -69,4 +69,12 @@ void main() {
         if (ox0 + j >= p.outw) break;
         x_out[base + ox0 + j] = sfp(activation(sum[j], act_type, act_a, act_b));
     }
+}
+
+void main() {
+    ivec3 id = ivec3(gl_GlobalInvocationID);
+    ivec3 stride = grid_stride();
+    for (int z = id.z; z < p.outc; z += stride.z)
+        for (int y = id.y; y < p.outh; y += stride.y)
+            for (int x = id.x; x < (p.outw + 3) / 4; x += stride.x) invoke(x, y, z);
 }

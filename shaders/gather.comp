@@ -10,8 +10,10 @@ layout(binding = 2) readonly buffer Index { int index[]; };
 
 layout(push_constant) uniform Params { int n; float fill; } p;
 
+#include "index.h"
+
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.n) return;
     int j = index[i];
     x_out[i] = j >= 0 ? x_in[j] : sfp(p.fill);

@@ -30,10 +30,12 @@ layout(push_constant) uniform Params {
     float alpha; float beta;
 } p;
 
-void main() {
-    int j0 = int(gl_GlobalInvocationID.x) * 4;
-    int i0 = int(gl_GlobalInvocationID.y) * 4;
-    int b = int(gl_GlobalInvocationID.z);
+#include "index.h"
+
+// the 4x4 block (bi, bj) of batch b
+void invoke(int bj, int bi, int b) {
+    int j0 = bj * 4;
+    int i0 = bi * 4;
     if (i0 >= p.M || j0 >= p.N) return;
     ivec2 bb = ivec2(b / p.nb2, b % p.nb2);
 
@@ -76,4 +78,12 @@ void main() {
             out_data[obase + (i0 + r) * p.soi + (j0 + c) * p.soj] = sfp(v);
         }
     }
+}
+
+// x and y loop when the host caps them; z (the batch) is never capped: the host leaves it whole
+void main() {
+    ivec3 id = ivec3(gl_GlobalInvocationID);
+    ivec3 stride = grid_stride();
+    for (int y = id.y; y < (p.M + 3) / 4; y += stride.y)
+        for (int x = id.x; x < (p.N + 3) / 4; x += stride.x) invoke(x, y, id.z);
 }

@@ -20,9 +20,10 @@ shared float partial[gl_WorkGroupSize.x];
 
 #include "std_minmax.h"
 #include "activation.h"
+#include "index.h"
 
 void main() {
-    int o = int(gl_WorkGroupID.x);
+    int o = workgroup_index_1d();  // folded: the host may split outputs over x and y
     int lane = int(gl_LocalInvocationID.x);
     int width = int(gl_WorkGroupSize.x);
     float sum = 0.0;

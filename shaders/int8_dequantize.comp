@@ -19,9 +19,10 @@ layout(push_constant) uniform Params { int n; int plane; float scale_out; } p;
 #include "std_minmax.h"
 #include "activation.h"
 #include "int8.h"
+#include "index.h"
 
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.n) return;
     int c = i / p.plane;
     float v = int8_fma(float(data[i]), float(scale_in[c]), bias_term == 1 ? float(bias[c]) : 0.0);

@@ -10,9 +10,10 @@ layout(push_constant) uniform Params { int n; float scale; } p;
 
 #include "std_minmax.h"
 #include "int8.h"
+#include "index.h"
 
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.n) return;
     x_out[i] = sfp(float2int8(float(x_in[i]) * p.scale));
 }

@@ -16,6 +16,8 @@ layout(push_constant) uniform Params {
     float scale_x; float scale_y;
 } p;
 
+#include "index.h"
+
 float src_coord(int o, float scale) {
     return align_corner == 1 ? float(o) * scale : (float(o) + 0.5) * scale - 0.5;
 }
@@ -33,10 +35,7 @@ void cubic(float t, out vec4 k) {
     k.w = 1.0 - k.x - k.y - k.z;
 }
 
-void main() {
-    int ox = int(gl_GlobalInvocationID.x);
-    int oy = int(gl_GlobalInvocationID.y);
-    int ch = int(gl_GlobalInvocationID.z);
+void invoke(int ox, int oy, int ch) {
     if (ox >= p.outw || oy >= p.outh || ch >= p.c) return;
     int plane = ch * p.w * p.h;
     float v;
@@ -74,4 +73,12 @@ void main() {
         }
     }
     x_out[(ch * p.outh + oy) * p.outw + ox] = sfp(v);
+}
+
+void main() {
+    ivec3 id = ivec3(gl_GlobalInvocationID);
+    ivec3 stride = grid_stride();
+    for (int z = id.z; z < p.c; z += stride.z)
+        for (int y = id.y; y < p.outh; y += stride.y)
+            for (int x = id.x; x < p.outw; x += stride.x) invoke(x, y, z);
 }

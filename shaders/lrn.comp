@@ -19,9 +19,9 @@ layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
 
 layout(push_constant) uniform Params { int w; int h; int c; } p;
 
-void main() {
-    int yx = int(gl_GlobalInvocationID.x);
-    int q = int(gl_GlobalInvocationID.z);
+#include "index.h"
+
+void invoke(int yx, int q) {
     int plane = p.w * p.h;
     if (yx >= plane || q >= p.c) return;
     int i = q * plane + yx;
@@ -45,4 +45,10 @@ void main() {
     }
     float x = float(x_in[i]);
     x_out[i] = sfp(x * pow(bias + alpha_div_size * ss, -beta));
+}
+
+// pixels: a folded 1-D dispatch over x and y; channels: z, looping when the host caps it
+void main() {
+    int yx = global_index_1d();
+    for (int q = int(gl_GlobalInvocationID.z); q < p.c; q += grid_stride().z) invoke(yx, q);
 }

@@ -14,6 +14,8 @@ layout(push_constant) uniform Params {
     int left; int top; int front;
 } p;
 
+#include "index.h"
+
 int fold(int i, int n) {
     if (type == 1) return clamp(i, 0, n - 1);
     // reflect without repeating the edge: -1 -> 1, n -> n - 2
@@ -24,10 +26,7 @@ int fold(int i, int n) {
     return m < n ? m : period - m;
 }
 
-void main() {
-    int ox = int(gl_GlobalInvocationID.x);
-    int oy = int(gl_GlobalInvocationID.y);
-    int oc = int(gl_GlobalInvocationID.z);
+void invoke(int ox, int oy, int oc) {
     if (ox >= p.outw || oy >= p.outh || oc >= p.outc) return;
     int x = ox - p.left;
     int y = oy - p.top;
@@ -42,4 +41,12 @@ void main() {
         v = float(x_in[(fold(c, p.c) * p.h + fold(y, p.h)) * p.w + fold(x, p.w)]);
     }
     x_out[(oc * p.outh + oy) * p.outw + ox] = sfp(v);
+}
+
+void main() {
+    ivec3 id = ivec3(gl_GlobalInvocationID);
+    ivec3 stride = grid_stride();
+    for (int z = id.z; z < p.outc; z += stride.z)
+        for (int y = id.y; y < p.outh; y += stride.y)
+            for (int x = id.x; x < p.outw; x += stride.x) invoke(x, y, z);
 }

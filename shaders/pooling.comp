@@ -24,11 +24,9 @@ layout(push_constant) uniform Params {
 } p;
 
 #include "std_minmax.h"
+#include "index.h"
 
-void main() {
-    int ox = int(gl_GlobalInvocationID.x);
-    int oy = int(gl_GlobalInvocationID.y);
-    int ch = int(gl_GlobalInvocationID.z);
+void invoke(int ox, int oy, int ch) {
     if (ox >= p.outw || oy >= p.outh || ch >= p.c) return;
 
     int x0, x1, y0, y1;
@@ -65,4 +63,12 @@ void main() {
         acc = count > 0 ? acc / float(count) : 0.0;
     }
     x_out[(ch * p.outh + oy) * p.outw + ox] = sfp(acc);
+}
+
+void main() {
+    ivec3 id = ivec3(gl_GlobalInvocationID);
+    ivec3 stride = grid_stride();
+    for (int z = id.z; z < p.c; z += stride.z)
+        for (int y = id.y; y < p.outh; y += stride.y)
+            for (int x = id.x; x < p.outw; x += stride.x) invoke(x, y, z);
 }

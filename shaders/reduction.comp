@@ -14,9 +14,10 @@ layout(push_constant) uniform Params { int outer; int len; int inner; } p;
 // max and min fold ncnn's std::max(acc, v) from -FLT_MAX (std::min from FLT_MAX): NaN never
 // enters the accumulator
 #include "std_minmax.h"
+#include "index.h"
 
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.outer * p.inner) return;
     int o = i / p.inner;
     int k = i % p.inner;

@@ -15,8 +15,10 @@ layout(push_constant) uniform Params {
     float bias;
 } p;
 
+#include "index.h"
+
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.n) return;
     afp v = afp(data_in[i]) * afp(alpha) + afp(p.bias) + afp(offset);
     data_out[i] = sfp(v);

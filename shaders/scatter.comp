@@ -8,8 +8,10 @@ layout(binding = 2) readonly buffer Index { int index[]; };
 
 layout(push_constant) uniform Params { int n; } p;
 
+#include "index.h"
+
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.n) return;
     x_out[index[i]] = x_in[i];
 }

@@ -11,9 +11,10 @@ layout(push_constant) uniform Params { int outer; int len; int inner; } p;
 // the max is ncnn's std::max fold from -FLT_MAX (a NaN never becomes it); a NaN still turns
 // the whole line NaN through exp and the sum, as in ncnn
 #include "std_minmax.h"
+#include "index.h"
 
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.outer * p.inner) return;
     int o = i / p.inner;
     int k = i % p.inner;

@@ -21,6 +21,7 @@ layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
 layout(push_constant) uniform Params { int n; } p;
 
 #include "std_minmax.h"
+#include "index.h"
 
 float activate(float x) {
     if (op == 0 || is_nan(x)) return x;
@@ -80,7 +81,7 @@ float activate(float x) {
 }
 
 void main() {
-    int i = int(gl_GlobalInvocationID.x);
+    int i = global_index_1d();
     if (i >= p.n) return;
     x_out[i] = sfp(activate(float(x_in[i])));
 }

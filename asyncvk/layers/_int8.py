@@ -170,7 +170,8 @@ def record(
     local = local_size_1d(ctx.info)
     quantized = GpuBlob(ctx.scratch(4 * source.size), source.shape)
     push = pack_push("if", source.size, float(scales.bottom))
-    ctx.dispatch("int8_quantize", [source, quantized], push, groups_1d(source.size, local))
+    groups = groups_1d(source.size, local, ctx.info)
+    ctx.dispatch("int8_quantize", [source, quantized], push, groups)
     ctx.barrier()
     run_float(quantized)
     ctx.barrier()
@@ -181,4 +182,4 @@ def record(
         ctx.weight("int8_scale_in"),
         ctx.weight("int8_bias"),
     ]
-    ctx.dispatch("int8_dequantize", bindings, push, groups_1d(output.size, local))
+    ctx.dispatch("int8_dequantize", bindings, push, groups_1d(output.size, local, ctx.info))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..gpu._memory import Buffer
-from ._gpu_api import GpuBlob, PipelineSpec, RecordContext, pack_push
+from ._gpu_api import GpuBlob, PipelineSpec, RecordContext, capped_groups, pack_push
 
 #: Invocations per workgroup along (columns, rows); each invocation computes 4x4 outputs.
 _LOCAL = (8, 8, 1)
@@ -74,9 +74,8 @@ def dispatch_gemm(
         alpha,
         beta,
     )
-    groups = (
-        max(1, -(-n // (_BLOCK * _LOCAL[0]))),
-        max(1, -(-m // (_BLOCK * _LOCAL[1]))),
-        nb1 * nb2,
+    blocks = capped_groups(
+        (-(-n // (_BLOCK * _LOCAL[0])), -(-m // (_BLOCK * _LOCAL[1])), 1), ctx.info
     )
+    groups = (blocks[0], blocks[1], nb1 * nb2)  # gemm.comp loops over x and y, never the batch
     ctx.dispatch(pipeline, [a.buffer, b.buffer, c_op.buffer, out.buffer], push, groups)

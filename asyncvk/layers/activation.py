@@ -119,7 +119,7 @@ class _Elementwise(Layer):
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         n = inputs[0].size
-        groups = groups_1d(n, local_size_1d(ctx.info))
+        groups = groups_1d(n, local_size_1d(ctx.info), ctx.info)
         ctx.dispatch("unary", [inputs[0], outputs[0]], pack_push("i", n), groups)
 
 

@@ -204,7 +204,7 @@ class MultiHeadAttention(Layer):
         local = local_size_1d(ctx.info)
         ctx.dispatch(
             "softmax", [scores, probs], pack_push("3i", heads * src, dst, 1),
-            groups_1d(heads * src, local),
+            groups_1d(heads * src, local, ctx.info),
         )  # fmt: skip
         ctx.barrier()
         merged = ctx.scratch(4 * src * e)
@@ -338,7 +338,7 @@ class SDPA(Layer):
         probs = ctx.scratch(4 * heads * src * dst)
         ctx.dispatch(
             "softmax", [scores, probs], pack_push("3i", heads * src, dst, 1),
-            groups_1d(heads * src, local_size_1d(ctx.info)),
+            groups_1d(heads * src, local_size_1d(ctx.info), ctx.info),
         )  # fmt: skip
         ctx.barrier()
         dispatch_gemm(

@@ -240,7 +240,7 @@ class BinaryOp(Layer):
             strides = probed
             b = inputs[1]
         push = pack_push("12i", *shape4(out.shape), *strides[0], *strides[1])
-        groups = groups_1d(out.size, local_size_1d(ctx.info))
+        groups = groups_1d(out.size, local_size_1d(ctx.info), ctx.info)
         ctx.dispatch("binary", [inputs[0], b, out], push, groups)
 
 
@@ -319,7 +319,7 @@ class Eltwise(Layer):
         out = outputs[0]
         flat = _contiguous(out.shape)
         push = pack_push("12i", *shape4(out.shape), *flat, *flat)
-        groups = groups_1d(out.size, local_size_1d(ctx.info))
+        groups = groups_1d(out.size, local_size_1d(ctx.info), ctx.info)
         ctx.dispatch("first", [inputs[0], inputs[1], out], push, groups)
         for i in range(2, len(inputs)):
             ctx.barrier()

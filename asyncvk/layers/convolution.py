@@ -30,6 +30,7 @@ from ._gpu_api import (
     PipelineSpec,
     RecordContext,
     blobs_and_weights,
+    capped_groups,
     pack_push,
 )
 from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS, MAX_KERNEL, MAX_PAD, MAX_STRIDE
@@ -370,7 +371,8 @@ class Convolution(ConvParams):
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         _, cols, chans = self.shader(ctx.info)
-        groups = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
+        wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
+        groups = capped_groups(wanted, ctx.info)
         ctx.dispatch("conv", blobs_and_weights(ctx, [source], [output]), push, groups)
 
 

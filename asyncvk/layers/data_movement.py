@@ -85,7 +85,8 @@ class GatherOnGpu(Layer):
         for out, index in zip(outputs, self.index_maps(inputs[0].shape), strict=True):
             n = out.size
             bufs: list[Buffer | GpuBlob] = [inputs[0], out, ctx.constant(index)]
-            ctx.dispatch("gather", bufs, pack_push("if", n, self.fill()), groups_1d(n, local))
+            push = pack_push("if", n, self.fill())
+            ctx.dispatch("gather", bufs, push, groups_1d(n, local, ctx.info))
 
 
 @register_layer("Split")
@@ -162,7 +163,7 @@ class Concat(Layer):
         bufs: list[Buffer | GpuBlob] = [*inputs]
         bufs += [inputs[0]] * (_CONCAT_MAX - len(inputs)) + [outputs[0]]
         push = pack_push("12i", rows, cols[len(inputs)], len(inputs), *cols)
-        groups = groups_1d(outputs[0].size, local_size_1d(ctx.info))
+        groups = groups_1d(outputs[0].size, local_size_1d(ctx.info), ctx.info)
         ctx.dispatch("concat", bufs, push, groups)
 
 
@@ -176,7 +177,7 @@ def _scatter_slabs(ctx: RecordContext, inputs: list[GpuBlob], out: GpuBlob, axis
         slab = [slice(None)] * len(out.shape)
         slab[axis] = slice(offset, offset + extent)
         dst = np.ascontiguousarray(grid[tuple(slab)]).reshape(-1)
-        groups = groups_1d(blob.size, local_size_1d(ctx.info))
+        groups = groups_1d(blob.size, local_size_1d(ctx.info), ctx.info)
         ctx.dispatch("scatter", [blob, out, ctx.constant(dst)], pack_push("i", blob.size), groups)
         offset += extent
 

@@ -14,6 +14,7 @@ from ._gpu_api import (
     PipelineSpec,
     RecordContext,
     blobs_and_weights,
+    capped_groups,
     pack_push,
 )
 from ._limits import MAX_CHANNELS, MAX_EXTENT, MAX_PAD, check_elements
@@ -136,7 +137,7 @@ class Deconvolution(ConvParams):
         oc, oh, ow = outputs[0].shape
         left, top = self._crop(w, h, ow, oh)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
-        groups = (math.ceil(ow / 8), math.ceil(oh / 8), oc)
+        groups = capped_groups((math.ceil(ow / 8), math.ceil(oh / 8), oc), ctx.info)
         ctx.dispatch("deconv", blobs_and_weights(ctx, inputs, outputs), push, groups)
 
 

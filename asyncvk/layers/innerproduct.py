@@ -13,6 +13,7 @@ from ._gpu_api import (
     PipelineSpec,
     RecordContext,
     blobs_and_weights,
+    fold_groups,
     pack_push,
 )
 from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS
@@ -126,7 +127,7 @@ class InnerProduct(Layer):
         def multiply(source: GpuBlob) -> None:
             push = pack_push("2i", source.size, self.num_output)
             bindings = blobs_and_weights(ctx, [source], outputs)
-            ctx.dispatch("ip", bindings, push, (self.num_output, 1, 1))
+            ctx.dispatch("ip", bindings, push, fold_groups(self.num_output, ctx.info))
 
         if self.int8 is None:
             multiply(inputs[0])

@@ -82,7 +82,7 @@ class _SameShape(Layer):
             plane, channels = math.prod(shape[1:]), shape[0]
         push = pack_push("3i", n, plane, channels)
         bufs = blobs_and_weights(ctx, inputs, outputs, ("scale", "bias"))
-        ctx.dispatch("affine", bufs, push, groups_1d(n, local_size_1d(ctx.info)))
+        ctx.dispatch("affine", bufs, push, groups_1d(n, local_size_1d(ctx.info), ctx.info))
 
 
 @register_layer("BatchNorm")

@@ -19,6 +19,7 @@ from ._gpu_api import (
     PipelineSpec,
     RecordContext,
     blobs_and_weights,
+    capped_groups,
     groups_1d,
     local_size_1d,
     pack_push,
@@ -121,7 +122,8 @@ class LRN(Layer):
         shape = inputs[0].shape
         c, h, w = (1,) * (3 - len(shape)) + tuple(shape)
         push = pack_push("3i", w, h, c)
-        groups = (groups_1d(w * h, local_size_1d(ctx.info))[0], 1, c)
+        pixels = groups_1d(w * h, local_size_1d(ctx.info), ctx.info)
+        groups = capped_groups((pixels[0], pixels[1], c), ctx.info)
         ctx.dispatch("lrn", [inputs[0], outputs[0]], push, groups)
 
 
@@ -209,7 +211,8 @@ class _RowNorm(Layer):
         per_row, div = self.affine_index(shape)
         push = pack_push("4i", rows, length, per_row, div)
         bufs = blobs_and_weights(ctx, inputs, outputs, ("gamma", "beta"))
-        ctx.dispatch("norm", bufs, push, (min(rows, _MAX_ROW_GROUPS), 1, 1))
+        groups = capped_groups((min(rows, _MAX_ROW_GROUPS), 1, 1), ctx.info)
+        ctx.dispatch("norm", bufs, push, groups)
 
 
 def _row_coefficients(

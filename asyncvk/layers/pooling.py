@@ -14,7 +14,14 @@ import numpy as np
 
 from ._base import Layer, Shape
 from ._geometry import as_chw, border, same_pads
-from ._gpu_api import GpuBlob, GpuTarget, PipelineSpec, RecordContext, pack_push
+from ._gpu_api import (
+    GpuBlob,
+    GpuTarget,
+    PipelineSpec,
+    RecordContext,
+    capped_groups,
+    pack_push,
+)
 from ._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE
 from ._registry import register_layer
 from ._schema import Param
@@ -255,5 +262,5 @@ class Pooling(Layer):
             pads = self._gpu_pads(w, h)
             oh, ow = (out[1], out[2]) if len(out) == 3 else (1, 1)
         push = pack_push("13i", w, h, c, ow, oh, kw, kh, sw, sh, *pads)
-        groups = (math.ceil(ow / 8), math.ceil(oh / 8), c)
+        groups = capped_groups((math.ceil(ow / 8), math.ceil(oh / 8), c), ctx.info)
         ctx.dispatch("pool", [inputs[0], outputs[0]], push, groups)

@@ -145,7 +145,8 @@ def _dispatch_split(
     n = math.prod(shape[first : last + 1])
     inner = math.prod(shape[last + 1 :])
     push = pack_push("3i", outer, n, inner)
-    ctx.dispatch(key, [x, out], push, groups_1d(outer * inner, local_size_1d(ctx.info)))
+    groups = groups_1d(outer * inner, local_size_1d(ctx.info), ctx.info)
+    ctx.dispatch(key, [x, out], push, groups)
 
 
 @register_layer("Softmax")

@@ -14,7 +14,15 @@ import numpy as np
 
 from ._base import BlobCount, Layer
 from ._geometry import shape4
-from ._gpu_api import GpuBlob, GpuTarget, PipelineSpec, RecordContext, Shape, pack_push
+from ._gpu_api import (
+    GpuBlob,
+    GpuTarget,
+    PipelineSpec,
+    RecordContext,
+    Shape,
+    capped_groups,
+    pack_push,
+)
 from ._limits import MAX_EXTENT
 from ._registry import register_layer
 from ._schema import Param
@@ -272,5 +280,5 @@ class Interp(Layer):
         _, oh, ow = outputs[0].shape
         sx, sy = self._gpu_scales(w, h, ow, oh)
         push = pack_push("5i2f", w, h, c, ow, oh, sx, sy)
-        groups = (math.ceil(ow / 8), math.ceil(oh / 8), c)
+        groups = capped_groups((math.ceil(ow / 8), math.ceil(oh / 8), c), ctx.info)
         ctx.dispatch("interp", [inputs[0], outputs[0]], push, groups)
