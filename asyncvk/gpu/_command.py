@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import _vk
+from .._errors import PipelineError
 from ._memory import Buffer
 
 if TYPE_CHECKING:
@@ -83,6 +84,8 @@ class CommandRecorder:
         _vk.api.vkBeginCommandBuffer(self.command_buffer, vk.VkCommandBufferBeginInfo(flags=flags))
         self.finished = False
         self.dispatch_count = 0
+        #: maxComputeWorkGroupCount: a dispatch over it is undefined behaviour, never recorded.
+        self._max_groups = tuple(device.info.limits.max_compute_workgroup_count)
         self._released = False
 
     def _descriptor_set(self, set_layout: Any) -> Any:
@@ -120,7 +123,17 @@ class CommandRecorder:
         push: bytes,
         groups: tuple[int, int, int],
     ) -> None:
-        """Bind ``buffers`` to bindings 0..n-1, push ``push`` and dispatch ``groups``."""
+        """Bind ``buffers`` to bindings 0..n-1, push ``push`` and dispatch ``groups``.
+
+        Raises PipelineError for a group count over the device's maxComputeWorkGroupCount
+        (Vulkan leaves such a dispatch undefined: in practice a silently wrong result)."""
+        limit = self._max_groups
+        if groups[0] > limit[0] or groups[1] > limit[1] or groups[2] > limit[2]:
+            name = getattr(pipeline, "name", "pipeline")
+            raise PipelineError(
+                f"dispatch of {name!r} with workgroups {tuple(groups)} exceeds the device's "
+                f"maxComputeWorkGroupCount {limit}: the layer must fold or cap its dispatch"
+            )
         if len(buffers) != pipeline.binding_count:
             raise ValueError(
                 f"pipeline has {pipeline.binding_count} bindings, got {len(buffers)} buffers"
