@@ -25,6 +25,7 @@ APPLICATION = {
     "__init__",
     "_input_limits",
     "_process_clock",
+    "_progress",
 }
 ALLOWED: dict[str, set[str]] = {
     "_vk": set(),
