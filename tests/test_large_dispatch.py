@@ -221,3 +221,38 @@ def test_an_included_header_is_part_of_the_shader_source_hash(tmp_path: Path) ->
     before = ShaderRegistry(tmp_path).get("a").source_hash
     (tmp_path / "h.h").write_text("int f() { return 2; }\n")
     assert ShaderRegistry(tmp_path).get("a").source_hash != before
+
+
+async def test_a_failed_recording_leaks_no_command_or_descriptor_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A layer that raises while its plan records (a refused dispatch, say): the error reaches
+    the caller and the half-recorded command buffer's pools are destroyed, not leaked."""
+    from asyncvk import Net, Option
+    from asyncvk.layers.activation import ReLU
+
+    def refuse(*args: Any) -> None:
+        raise PipelineError("dispatch refused while recording")
+
+    model = write_model(
+        tmp_path,
+        """7767517
+        3 3
+        Input a 0 1 a
+        ReLU r1 1 1 a b
+        ReLU r2 1 1 b out0
+        """,
+    )
+    device = get_gpu_device()
+    pools = ("command_pool", "descriptor_pool")
+    async with Net(Option(use_vulkan_compute=True)) as net:
+        await net.load_param(model.param)
+        await net.load_model(model.bin)
+        before = device.live_handles()
+        monkeypatch.setattr(ReLU, "record", refuse)
+        ex = net.create_extractor()
+        ex.input("a", np.ones((2, 3, 4), np.float32))
+        with pytest.raises(PipelineError, match="refused while recording"):
+            await ex.extract("out0")
+        after = device.live_handles()
+    assert {k: after.get(k, 0) for k in pools} == {k: before.get(k, 0) for k in pools}

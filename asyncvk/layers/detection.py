@@ -287,9 +287,9 @@ class DetectionOutput(Layer):
 
     The output is a (count, 6) blob of rows [label, score, xmin, ymin, xmax, ymax]; count
     depends on the data and may be 0 (ncnn then leaves its output an empty Mat; asyncvk gives
-    shape (0,), as for the YOLO layers). caffe-ssd layout: scores (num_prior, num_class), priors (2, 4 * num_prior)
-    with the variances in row 1. ``num_class`` -233 is mxnet-ssd: scores (num_class, num_prior),
-    priors (num_prior, 4), the variances from params 5-8.
+    shape (0,), as for the YOLO layers). caffe-ssd layout: scores (num_prior, num_class),
+    priors (2, 4 * num_prior) with the variances in row 1. ``num_class`` -233 is mxnet-ssd:
+    scores (num_class, num_prior), priors (num_prior, 4), the variances from params 5-8.
     """
 
     num_class = Param(0, int, 0)

@@ -236,8 +236,17 @@ class Plan:
         return max(4, math.prod(shape) * self.dtype.itemsize)
 
     def _record(self, segment: _Segment, host_visible: bool) -> CommandRecorder:
+        rec = CommandRecorder(self.device)
+        try:
+            self._record_into(rec, segment, host_visible)
+        except BaseException:
+            rec.release()  # a refused dispatch must not leak the recorder's pools
+            raise
+        self.gpu_model.commands_recorded += 1
+        return rec.finish()
+
+    def _record_into(self, rec: CommandRecorder, segment: _Segment, host_visible: bool) -> None:
         device = self.device
-        rec = CommandRecorder(device)
         if not host_visible:
             for b in segment.upload:
                 staging = device.allocate(self._views[b].size, MemoryKind.STAGING)
@@ -262,8 +271,6 @@ class Plan:
                 self._readback[t] = readback
                 rec.copy(view, readback)
             rec.barrier()
-        self.gpu_model.commands_recorded += 1
-        return rec.finish()
 
     def _blob(self, blob: int) -> GpuBlob:
         return GpuBlob(self._views[self.root.get(blob, blob)], self.shapes[blob])
