@@ -72,6 +72,12 @@ GEMM_CASES = [
     GemmCase("4=1 5=1 6=1 7=5 8=6 9=7 10=3", [], [(5, 7), (7, 6), (5, 6)]),
     # sizes past one workgroup's 32x32 block, odd edges
     GemmCase("3=1 5=1 6=1 8=37 9=19 10=4", [(45, 19)], [(37, 19), (1, 37)]),
+    # gemm_tiled.comp: past its 32x64 tile with ragged edges, K of whole 8-chunks and with a
+    # tail of each length, transposes, C before and after the alpha
+    GemmCase("2=1 3=1 1=0.5", [(23, 70), (67, 23), (70, 67)]),
+    GemmCase("0=2", [(33, 16), (16, 130)]),
+    *[GemmCase("3=1", [(35, k), (66, k)]) for k in (1, 2, 3, 4, 5, 6, 7)],
+    GemmCase("14=1", [(40, 9), (9, 65), (40, 65)]),
 ]
 
 

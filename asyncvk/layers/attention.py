@@ -168,9 +168,9 @@ class MultiHeadAttention(Layer):
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         return {
-            "gemm": gemm_spec(True),
-            "gemm_noc": gemm_spec(False),
-            "gemm_mask": gemm_spec(True, c_last=True),
+            "gemm": gemm_spec(target.info, True),
+            "gemm_noc": gemm_spec(target.info, False),
+            "gemm_mask": gemm_spec(target.info, True, c_last=True),
             "softmax": PipelineSpec("softmax", (), local_size_1d(target.info)),
         }
 
@@ -314,8 +314,8 @@ class SDPA(Layer):
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         return {
-            "gemm_noc": gemm_spec(False),
-            "gemm_mask": gemm_spec(True, c_last=True),
+            "gemm_noc": gemm_spec(target.info, False),
+            "gemm_mask": gemm_spec(target.info, True, c_last=True),
             "softmax": PipelineSpec("softmax", (), local_size_1d(target.info)),
         }
 

@@ -234,7 +234,7 @@ class Gemm(Layer):
         }
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
-        return {"gemm": gemm_spec(True), "gemm_noc": gemm_spec(False)}
+        return {"gemm": gemm_spec(target.info, True), "gemm_noc": gemm_spec(target.info, False)}
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         shapes = self._weight_shapes()
@@ -349,7 +349,7 @@ class MatMul(Layer):
         return [np.ascontiguousarray(np.matmul(a, b), _F32).reshape(shape)]
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
-        return {"gemm": gemm_spec(False)}
+        return {"gemm": gemm_spec(target.info, False)}
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         a, b = inputs
