@@ -19,10 +19,20 @@ import numpy as np
 IouRule = Literal["divide", "multiply"]
 
 
-def qsort_descent_order(scores: np.ndarray) -> np.ndarray:
-    """The permutation ncnn's ``qsort_descent_inplace`` leaves ``scores`` in (descending; equal
-    scores in ncnn's order, not input order). Returns indexes into ``scores``."""
+def qsort_descent_order(scores: np.ndarray, count: int | None = None) -> np.ndarray:
+    """The first ``count`` (default all) of the permutation ncnn's ``qsort_descent_inplace``
+    leaves ``scores`` in (descending; equal scores in ncnn's order, not input order).
+
+    When no two of the first ``count`` scores (nor the last of them and the next) are equal,
+    that prefix is unique and a plain sort gives it: 640k SSD candidates sort in a second
+    rather than ten. Returns indexes into ``scores``.
+    """
     s = [float(v) for v in np.asarray(scores, dtype=np.float32).ravel()]
+    wanted = len(s) if count is None else max(0, min(count, len(s)))
+    by_score = np.argsort(-np.asarray(s, dtype=np.float64), kind="stable")
+    head = np.asarray(s, dtype=np.float64)[by_score[: wanted + 1]]
+    if np.unique(head).size == head.size:
+        return by_score[:wanted].astype(np.int64)
     order = list(range(len(s)))
     pending = [(0, len(s) - 1)] if s else []
     while pending:  # the two halves are disjoint, so their order of processing is free
@@ -43,7 +53,7 @@ def qsort_descent_order(scores: np.ndarray) -> np.ndarray:
             pending.append((left, j))
         if i < right:
             pending.append((i, right))
-    return np.asarray(order, dtype=np.int64)
+    return np.asarray(order[:wanted], dtype=np.int64)
 
 
 def nms_sorted(boxes: np.ndarray, areas: np.ndarray, threshold: float, rule: IouRule) -> np.ndarray:

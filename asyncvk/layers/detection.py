@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from ._base import BlobCount, Layer, Shape
+from ._nms import nms_sorted, qsort_descent_order
 from ._registry import register_layer
 from ._schema import Param, floats
 
@@ -197,75 +198,6 @@ class PriorBox(Layer):
         return boxes.astype(_F32)
 
 
-def descending_order(scores: list[float], count: int | None = None) -> list[int]:
-    """The first ``count`` (default all) of the permutation ncnn's ``qsort_descent_inplace``
-    applies to ``scores``.
-
-    A Hoare quicksort with the middle element as pivot: not stable, so equal scores end up in
-    an order that only this exact algorithm reproduces. Sub-ranges are disjoint, so an explicit
-    stack gives the same result as ncnn's recursion without Python's depth limit. When no two
-    of the first ``count`` scores (nor the last of them and the next) are equal, that prefix is
-    unique and a plain sort gives it.
-    """
-    values = list(scores)
-    wanted = len(values) if count is None else max(0, min(count, len(values)))
-    by_score = np.argsort(-np.asarray(values, dtype=np.float64), kind="stable")
-    head = np.asarray(values, dtype=np.float64)[by_score[: wanted + 1]]
-    if np.unique(head).size == head.size:
-        return [int(k) for k in by_score[:wanted]]
-    order = list(range(len(values)))
-    stack = [(0, len(values) - 1)] if values else []
-    while stack:
-        left, right = stack.pop()
-        i, j = left, right
-        pivot = values[(left + right) // 2]
-        while i <= j:
-            while values[i] > pivot:
-                i += 1
-            while values[j] < pivot:
-                j -= 1
-            if i <= j:
-                values[i], values[j] = values[j], values[i]
-                order[i], order[j] = order[j], order[i]
-                i += 1
-                j -= 1
-        if left < j:
-            stack.append((left, j))
-        if i < right:
-            stack.append((i, right))
-    return order[:wanted]
-
-
-def _cpp_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.where(b < a, b, a)  # std::min(a, b), NaN included
-
-
-def _cpp_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.where(a < b, b, a)  # std::max(a, b), NaN included
-
-
-def nms_keep(boxes: np.ndarray, threshold: float) -> list[int]:
-    """Indexes of score-sorted ``boxes`` (n, 4: xmin, ymin, xmax, ymax) that survive greedy
-    NMS: a box goes when its IoU with a kept one is over ``threshold`` (ncnn's
-    ``nms_sorted_bboxes``: area = width * height, no +1, touching boxes intersect with 0)."""
-    x0, y0, x1, y1 = (boxes[:, k] for k in range(4))
-    areas = (x1 - x0) * (y1 - y0)
-    limit = _F32(threshold)
-    kept: list[int] = []
-    for i in range(len(boxes)):
-        if kept:
-            k = np.array(kept)
-            apart = (x0[i] > x1[k]) | (x1[i] < x0[k]) | (y0[i] > y1[k]) | (y1[i] < y0[k])
-            inter_w = _cpp_min(x1[i], x1[k]) - _cpp_max(x0[i], x0[k])
-            inter_h = _cpp_min(y1[i], y1[k]) - _cpp_max(y0[i], y0[k])
-            inter = np.where(apart, _F32(0), inter_w * inter_h)
-            union = areas[i] + areas[k] - inter
-            if np.any(inter / union > limit):
-                continue
-        kept.append(i)
-    return kept
-
-
 def _flat(x: np.ndarray, what: str) -> np.ndarray:
     """The values ncnn's ``Mat::operator[]`` walks: the blob's data in order. A 3-D or 4-D blob
     with several channels has per-channel padding in ncnn unless a channel is a multiple of
@@ -364,8 +296,8 @@ class DetectionOutput(Layer):
         for label in range(1, num_class):
             rows.extend(self._class_rows(label, scores[:, label], boxes))
         out = np.array(rows, dtype=_F32).reshape(-1, _ROW)
-        order = descending_order([float(s) for s in out[:, 1]], self.keep_top_k)
-        if not order:  # ncnn returns before creating its output: an empty Mat, as YOLO's do
+        order = qsort_descent_order(out[:, 1], self.keep_top_k)
+        if not order.size:  # ncnn returns before creating its output: an empty Mat, as YOLO's do
             return [np.zeros((0,), _F32)]
         return [np.ascontiguousarray(out[order])]
 
@@ -401,11 +333,17 @@ class DetectionOutput(Layer):
         if passed.size == 0:
             return []
         class_scores = scores[passed]
-        order = descending_order([float(s) for s in class_scores], self.nms_top_k)
+        order = qsort_descent_order(class_scores, self.nms_top_k)
         picked = passed[order]
-        kept = picked[nms_keep(boxes[picked], self.nms_threshold)]
+        kept = picked[_nms_keep(boxes[picked], self.nms_threshold)]
         rows = np.empty((kept.size, _ROW), dtype=_F32)
         rows[:, 0] = label
         rows[:, 1] = scores[kept]
         rows[:, 2:] = boxes[kept]
         return list(rows)
+
+
+def _nms_keep(boxes: np.ndarray, threshold: float) -> np.ndarray:
+    """ncnn's ``nms_sorted_bboxes`` for SSD: area = width * height (no +1), IoU > threshold."""
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return nms_sorted(boxes, areas.astype(_F32), threshold, "divide")
