@@ -1,20 +1,21 @@
 """Weights and inputs for ncnn's own benchmark models, so both runtimes can load and run them.
 
-    python benchmarks/suite_models.py --out DIR [--params ../shared/ncnn-benchmark]
+    python benchmarks/suite_models.py --out DIR [--params tests/ncnn_benchmark] [--models a,b]
+        [--ci-sizes]
 
 Upstream ships the ``.param`` files only (``benchncnn`` feeds zeros). For each one this writes
-``DIR/NAME/model.param`` (a copy), ``model.bin``, ``input.npy`` and ``meta.json`` (input and
-output blob names), in the layout ``tests/models`` uses. The ``.bin`` layout is ncnn's own: the
-``ncnn`` wheel loads the param and reads its weights through a DataReader that records every
-read, so each buffer has the size and order ncnn asks for. Every 4-byte read is written as
-zero (the fp32 tag of a weight, or a one-value weight); the rest are seeded uniform floats in
-[-0.05, 0.05), the same on every machine. Needs the ``ncnn`` wheel.
+``DIR/NAME/model.param`` (a copy), ``model.bin``, ``input.npy`` and ``meta.json`` (input blob,
+``output``: the last output blob, ``outputs``: all of them, ``input_shape``), in the layout
+``tests/models`` uses. Weights and inputs are ``tests/ncnn_suite.py``'s, the ones the suite
+test uses: the ``.bin`` layout is what the ``ncnn`` wheel reads (recorded read by read), the
+values are seeded and scaled per role so activations stay sane through deep nets, and the
+logits that softmax or a detection layer reads are calibrated. Inputs are at benchncnn's sizes,
+or with ``--ci-sizes`` at the smaller ones the CI suite uses. Needs the ``ncnn`` wheel.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import shutil
 import sys
@@ -24,53 +25,21 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PARAMS = ROOT.parent / "shared" / "ncnn-benchmark"
-#: Input sizes (c, h, w) that benchncnn uses where a param's Input layer declares none.
-INPUT_SHAPES = {"FastestDet": (3, 352, 352), "vision_transformer": (3, 384, 384)}
+sys.path.insert(0, str(ROOT / "tests"))
 
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+from ncnn_suite import BENCH_SHAPES, SUITE_DIR, write_model  # noqa: E402
 
-
-def _weights(param: Path) -> bytes:
-    """The .bin ncnn reads for ``param``: what each of its reads asked for, in order."""
-    import ncnn
-
-    rng = np.random.default_rng(0)
-    chunks: list[bytes] = []
-
-    class Recorder(ncnn.DataReader):  # type: ignore[misc]
-        def scan(self, format: str, p: Any) -> int:
-            return 0
-
-        def read(self, buf: Any, size: int) -> int:
-            if size == 4:
-                data = bytes(4)
-            else:
-                floats = rng.uniform(-0.05, 0.05, size // 4).astype(np.float32)
-                data = floats.tobytes() + bytes(size % 4)
-            ctypes.memmove(_capsule_pointer(buf, None), data, size)
-            chunks.append(data)
-            return size
-
-    net = ncnn.Net()
-    net.opt.use_vulkan_compute = False
-    if net.load_param(str(param)) != 0:
-        raise ValueError(f"{param}: ncnn cannot load it")
-    if net.load_model(Recorder()) != 0:
-        raise ValueError(f"{param}: ncnn cannot read its weights")
-    return b"".join(chunks)
+DEFAULT_PARAMS = SUITE_DIR
 
 
 def _graph(param: Path) -> tuple[str, tuple[int, ...], str]:
     """(input blob, input shape c,h,w, last output blob) from the param text, reading only the
-    layer count line 2 declares (as ncnn does)."""
+    layer count line 2 declares (as ncnn does). ``suite_int8.py`` uses it."""
     lines = param.read_text().splitlines()
     count = int(lines[1].split()[0])
     produced: list[str] = []
     consumed: set[str] = set()
-    input_name, shape = "", INPUT_SHAPES.get(param.stem, ())
+    input_name, shape = "", BENCH_SHAPES.get(param.stem, ())
     for line in lines[2 : 2 + count]:
         fields = line.split()
         kind, n_in, n_out = fields[0], int(fields[2]), int(fields[3])
@@ -89,15 +58,21 @@ def _graph(param: Path) -> tuple[str, tuple[int, ...], str]:
     return input_name, shape, outputs[-1]
 
 
-def make(param: Path, out: Path) -> dict[str, Any]:
+def make(param: Path, out: Path, native: bool = True) -> dict[str, Any]:
     folder = out / param.stem
     folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob(f"{param.stem}-*.bin"):
+        old.unlink()
+    model = write_model(param, folder, native=native)
     shutil.copyfile(param, folder / "model.param")
-    (folder / "model.bin").write_bytes(_weights(param))
-    input_name, shape, output_name = _graph(param)
-    x = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
-    np.save(folder / "input.npy", x)
-    meta = {"input": input_name, "output": output_name, "input_shape": list(shape)}
+    model.bin.replace(folder / "model.bin")
+    np.save(folder / "input.npy", model.input)
+    meta = {
+        "input": model.input_name,
+        "output": model.outputs[-1],
+        "outputs": list(model.outputs),
+        "input_shape": list(model.input.shape),
+    }
     (folder / "meta.json").write_text(json.dumps(meta) + "\n")
     return {"model": param.stem, **meta, "bin_bytes": (folder / "model.bin").stat().st_size}
 
@@ -107,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", type=Path, default=DEFAULT_PARAMS)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--models", default="", help="comma-separated stems (default: all)")
+    parser.add_argument("--ci-sizes", action="store_true", help="the CI suite's input sizes")
     args = parser.parse_args(argv)
     wanted = set(filter(None, args.models.split(",")))
     for param in sorted(args.params.glob("*.param")):
         if wanted and param.stem not in wanted:
             continue
         try:
-            print(json.dumps(make(param, args.out)))
+            print(json.dumps(make(param, args.out, native=not args.ci_sizes)))
         except ValueError as exc:
             print(json.dumps({"model": param.stem, "error": str(exc)}))
     return 0
