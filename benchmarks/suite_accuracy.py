@@ -42,6 +42,8 @@ rel = {b: (v if math.isfinite(v) else None) for b, v in r.rel_l2.items()}
 print(json.dumps({
     "model": r.name, "input_shape": list(r.input_shape), "bin_bytes": r.bin_bytes,
     "rel_l2": rel, "max_rel_l2": max(rel.values(), key=lambda v: math.inf if v is None else v),
+    "rel_l2_detections_in_order": {b: (v if math.isfinite(v) else None)
+                                   for b, v in r.rel_l2_in_order.items()},
     "problems": r.problems, "cpu_types": sorted(r.cpu_types),
     "unexpected_cpu_types": sorted(r.cpu_types - ncnn_suite.CPU_ALLOWED),
     "seconds": r.seconds,
