@@ -14,6 +14,15 @@ import math
 import numpy as np
 
 from ._base import BlobCount, Layer, Shape
+from ._gpu_api import (
+    GpuBlob,
+    GpuTarget,
+    PipelineSpec,
+    RecordContext,
+    groups_1d,
+    local_size_1d,
+    pack_push,
+)
 from ._nms import nms_sorted, qsort_descent_order
 from ._registry import register_layer
 from ._schema import Param, floats
@@ -114,10 +123,28 @@ class PriorBox(Layer):
         return [(2, values)]
 
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        shapes = [tuple(x.shape) for x in inputs]
+        return [self._boxes([tuple(x.shape) for x in inputs])]
+
+    def _boxes(self, shapes: list[Shape]) -> np.ndarray:
         if self._is_mxnet(len(shapes)):
-            return [self._mxnet_boxes(shapes[0])]
-        return [self._caffe_boxes(shapes)]
+            return self._mxnet_boxes(shapes[0])
+        return self._caffe_boxes(shapes)
+
+    # -- GPU: the boxes depend on shapes only, so each plan computes them once on the host
+    # (bit-equal to the CPU path) and one dispatch writes them into the output blob; the
+    # feature maps never leave the device.
+
+    gpu = True
+
+    def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
+        return {"copy": PipelineSpec("copy_f32", (), local_size_1d(target.info))}
+
+    def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
+        boxes = self._boxes([blob.shape for blob in inputs]).reshape(-1)
+        table = ctx.constant(np.ascontiguousarray(boxes, dtype=_F32))
+        local = local_size_1d(ctx.info)
+        groups = groups_1d(boxes.size, local, ctx.info)
+        ctx.dispatch("copy", [table, outputs[0]], pack_push("i", boxes.size), groups)
 
     def _step(self, step: float, image: int, extent: int) -> np.float32:
         if step != _UNSET:
