@@ -37,6 +37,13 @@ for what in "$@"; do
     gpusetup) python3 benchmarks/gpu_setup.py | tee "$OUT/gpu_setup_h100.json" ;;
     features) python3 benchmarks/gpu_setup.py --features | tee "$OUT/gpu_setup_features_h100.json" | head -8 ;;
     profile) python3 benchmarks/load_profile.py --runs 3 --glsl-opt 2 --out "$OUT/load_profile_h100.json" >/dev/null ;;
+    suite) python3 benchmarks/suite_models.py --out /tmp/suite >"$OUT/suite_models.log" 2>&1 || tail -5 "$OUT/suite_models.log"
+      du -sh /tmp/suite ;;
+    suiteaccuracy) python3 benchmarks/suite_accuracy.py --native --out "$OUT/suite_accuracy_h100.json" 2>&1 | tail -3 ;;
+    coldsuite) python3 benchmarks/cold_start.py --models '' --suite /tmp/suite --runs "${RUNS:-1}" --out "$OUT/cold_start_suite_h100.json" >/dev/null; tail -c 1500 "$OUT/cold_start_suite_h100.json" ;;
+    coldvariants)  # .variants/NAME/asyncvk: earlier versions, compared in the same run
+      args=(); for v in .variants/*/; do n=$(basename "$v"); cp asyncvk/shader/_shaderc_cffi*.so "$v/asyncvk/shader/"; python3 -m compileall -q "$v" >/dev/null; args+=(--variant "$n=$PWD/$v"); done
+      python3 benchmarks/cold_start.py --runs "${RUNS:-3}" "${args[@]}" --variant "now=$PWD" --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 1500 "$OUT/cold_start_h100.json" ;;
     *) echo "unknown step $what" ;;
   esac
 done
