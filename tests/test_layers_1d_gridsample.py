@@ -1,0 +1,173 @@
+"""Convolution1D, Pooling1D and GridSample against ncnn itself (the wheel's CPU fp32): the GPU
+path on lavapipe and the CPU path, over every param that changes the result and the dims each
+type takes; bad params are a ModelFormatError naming the file, line, layer and param."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import needs_vulkan
+from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward, raw, tagged, write_model
+
+from asyncvk._errors import ModelFormatError
+from asyncvk.net._plan import PlanError
+
+pytest.importorskip("ncnn")
+pytestmark = needs_vulkan
+
+
+@dataclass(frozen=True)
+class Case:
+    """One layer line (``type params``), its weights, and the shapes of its inputs."""
+
+    id: str
+    layer: str
+    shapes: tuple[tuple[int, ...], ...]
+    weights: tuple[int, ...] = ()  # weight (tagged) then bias (raw), as ncnn reads them
+    #: grids (the second input of GridSample) hold values in [-grid, grid]
+    grid: float = 1.2
+
+    def model_text(self) -> str:
+        kind, _, params = self.layer.partition(" ")
+        names = [f"in{i}" for i in range(len(self.shapes))]
+        inputs = "".join(f"Input {n} 0 1 {n}\n" for n in names)
+        count = len(names) + 2
+        # times 1 on the GPU after it: a layer sent to the CPU then shows in the plan
+        return (
+            f"7767517\n{count} {count}\n{inputs}"
+            f"{kind} op0 {len(names)} 1 {' '.join(names)} out0 {params}\n"
+            "BinaryOp keep 1 1 out0 out1 0=2 1=1 2=1\n"
+        )
+
+    def inputs(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        arrays = {"in0": rng.normal(0.5, 1.5, self.shapes[0]).astype(np.float32)}
+        for i, shape in enumerate(self.shapes[1:], 1):
+            arrays[f"in{i}"] = rng.uniform(-self.grid, self.grid, shape).astype(np.float32)
+        return arrays
+
+
+def _weights(case: Case, rng: np.random.Generator) -> list[bytes]:
+    return [
+        (tagged if i == 0 else raw)(rng.normal(0, 0.5, n).astype(np.float32))
+        for i, n in enumerate(case.weights)
+    ]
+
+
+def conv(id: str, params: str, h: int, w: int, out: int, k: int, bias: bool = True) -> Case:
+    """A Convolution1D case: ``h`` input rows (channels), ``out`` outputs, kernel ``k``."""
+    size = out * h * k
+    line = f"Convolution1D 0={out} 1={k} 5={int(bias)} 6={size} {params}"
+    return Case(id, line.strip(), ((h, w),), (size, out) if bias else (size,))
+
+
+CONV_CASES = [
+    conv("conv1d-plain", "", 5, 17, 7, 3),
+    conv("conv1d-no-bias", "", 3, 9, 4, 2, bias=False),
+    conv("conv1d-stride-dilation", "2=2 3=3", 4, 23, 6, 3),
+    conv("conv1d-pads", "4=2 15=1", 3, 10, 5, 4),
+    conv("conv1d-pad-left-only-default-right", "4=3", 2, 7, 3, 5),
+    conv("conv1d-pad-value", "4=2 15=3 18=-1.5", 3, 8, 4, 3),
+    conv("conv1d-same-upper", "3=2 4=-233 15=-233 18=0.7", 3, 11, 4, 4),
+    conv("conv1d-same-lower", "3=2 4=-234 15=-234 18=0.7", 3, 11, 4, 4),
+    conv("conv1d-same-dilated", "2=2 4=-233 15=-233", 2, 9, 3, 3),
+    conv("conv1d-relu", "9=1", 6, 13, 9, 3),
+    conv("conv1d-leaky", "9=2 -23310=1,0.1", 4, 12, 5, 1),
+    conv("conv1d-clip", "9=3 -23310=2,-0.5,0.5", 4, 12, 5, 3),
+    conv("conv1d-sigmoid", "9=4", 3, 6, 3, 2),
+    conv("conv1d-mish", "9=5", 3, 15, 2, 3),
+    conv("conv1d-one-row", "", 1, 31, 8, 7),
+    Case("conv1d-dims1", "Convolution1D 0=4 1=3 5=1 6=12", ((19,),), (12, 4)),
+]
+
+POOL_CASES = [
+    Case("pool1d-max", "Pooling1D 0=0 1=3 2=2", ((5, 12),)),
+    Case("pool1d-max-pads", "Pooling1D 0=0 1=3 2=1 3=1 14=2", ((4, 9),)),
+    Case("pool1d-avg-full-tail", "Pooling1D 0=1 1=3 2=2 3=1", ((3, 10),)),
+    Case("pool1d-avg-include-pad", "Pooling1D 0=1 1=3 2=2 3=1 6=1", ((3, 10),)),
+    Case("pool1d-avg-valid", "Pooling1D 0=1 1=4 2=3 3=2 14=1 5=1", ((6, 13),)),
+    Case("pool1d-max-valid", "Pooling1D 0=0 1=2 2=2 5=1", ((3, 11),)),
+    Case("pool1d-avg-same-upper", "Pooling1D 0=1 1=4 2=2 5=2", ((2, 11),)),
+    Case("pool1d-max-same-lower", "Pooling1D 0=0 1=4 2=3 5=3", ((2, 13),)),
+    Case("pool1d-global-max", "Pooling1D 0=0 4=1", ((7, 9),)),
+    Case("pool1d-global-avg", "Pooling1D 0=1 4=1", ((7, 9),)),
+    Case("pool1d-adaptive-avg", "Pooling1D 0=1 7=1 8=4", ((5, 11),)),
+    Case("pool1d-adaptive-max-up", "Pooling1D 0=0 7=1 8=7", ((3, 5),)),
+    Case("pool1d-dims1", "Pooling1D 0=0 1=2 2=2", ((9,),)),
+]
+
+CASES = CONV_CASES + POOL_CASES
+
+
+def _run_case(tmp_path: Path, case: Case) -> tuple[Model, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    model = write_model(tmp_path, case.model_text(), _weights(case, rng))
+    return model, case.inputs(rng)
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "cpu"])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+async def test_matches_ncnn(tmp_path: Path, case: Case, gpu: bool) -> None:
+    model, inputs = _run_case(tmp_path, case)
+    theirs = ncnn_forward(model, inputs, ["out1"])["out1"]
+    ours, cpu_types = await asyncvk_forward(model, inputs, ["out1"], gpu=gpu)
+    assert_close(ours["out1"], theirs, case.id)
+    assert cpu_types == set(), f"fell back to the CPU: {cpu_types}"
+
+
+BAD_PARAMS = [
+    (
+        "Convolution1D 0=4 1=3 6=12 4=-233 15=2",
+        "params 4/15 pads (-233, 2): use values >= 0, or both -233 or both -234",
+    ),
+    ("Convolution1D 0=0 1=3 6=12", "param 0 num_output=0 must be > 0"),
+    ("Convolution1D 0=4 1=3 6=13", "param 6 weight_data_size=13 is not a positive multiple"),
+    ("Convolution1D 0=4 1=3 6=12 9=7", "activation_type"),
+    ("Pooling1D 0=2 1=2", "param 0 pooling_type=2 must be 0 (max) or 1 (avg)"),
+    ("Pooling1D 1=0", "kernel"),
+    ("Pooling1D 1=2 5=4", "param 5 pad_mode=4 must be 0..3"),
+    ("Pooling1D 7=1 8=0", "param 8 out_w=0 must be > 0 for adaptive pooling"),
+]
+
+
+@pytest.mark.parametrize(("layer", "message"), BAD_PARAMS, ids=[b[0] for b in BAD_PARAMS])
+async def test_bad_params_name_file_line_layer_and_param(
+    tmp_path: Path, layer: str, message: str
+) -> None:
+    case = Case("bad", layer, ((3, 8),))
+    model = write_model(tmp_path, case.model_text(), [tagged(np.ones(12, np.float32))])
+    with pytest.raises(ModelFormatError, match=re.escape(message)) as caught:
+        await asyncvk_forward(model, {"in0": np.ones((3, 8), np.float32)}, ["out0"])
+    assert (caught.value.file, caught.value.line, caught.value.layer) == (
+        str(model.param),
+        4,
+        "op0",
+    )
+
+
+BAD_SHAPES = [
+    (
+        "Convolution1D 0=4 1=3 6=12",
+        (3, 2, 8),
+        "Convolution1D takes a dims 1 or 2 blob (h, w), got shape (3, 2, 8)",
+    ),
+    ("Convolution1D 0=4 1=3 6=12", (2, 8), "expects 1 input channels, got 2"),
+    ("Convolution1D 0=4 1=3 6=12", (1, 2), "is smaller than the kernel"),
+    ("Pooling1D 1=2", (2, 3, 4), "Pooling1D takes a dims 1 or 2 blob (h, w), got shape (2, 3, 4)"),
+]
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "cpu"])
+@pytest.mark.parametrize(("layer", "shape", "message"), BAD_SHAPES, ids=[b[0] for b in BAD_SHAPES])
+async def test_a_blob_the_layer_cannot_take_is_a_plan_error(
+    tmp_path: Path, layer: str, shape: tuple[int, ...], message: str, gpu: bool
+) -> None:
+    case = Case("bad-shape", layer, (shape,))
+    weights = [tagged(np.ones(12, np.float32))] if layer.startswith("Conv") else []
+    model = write_model(tmp_path, case.model_text(), weights)
+    with pytest.raises(PlanError, match=re.escape(message)):
+        await asyncvk_forward(model, {"in0": np.ones(shape, np.float32)}, ["out0"], gpu=gpu)
