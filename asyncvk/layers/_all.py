@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     detection,
     innerproduct,
     inputs,
+    layers_1d,
     matmul,
     normalization,
     norms,
