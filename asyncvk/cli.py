@@ -213,7 +213,11 @@ async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
         report.update(cache_counters(opened))
         report.update(memory_peaks(opened))
         report["outputs"] = {
-            k: {"shape": list(v.shape), "mean": float(v.mean()), "checksum": float(v.sum())}
+            k: {  # an empty output (a detector that found nothing) has no mean
+                "shape": list(v.shape),
+                "mean": float(v.mean()) if v.size else None,
+                "checksum": float(v.sum()),
+            }
             for k, v in results.items()
         }
     finally:
@@ -253,7 +257,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             dev = f", device {device / 2**20:.0f} MiB reserved" if device is not None else ""
             print(f"peak memory   host RSS {rss / 2**20:.0f} MiB{dev}")
         for name, o in report["outputs"].items():
-            print(f"output {name}: shape {o['shape']} mean {o['mean']:.6g}")
+            mean = "empty" if o["mean"] is None else f"mean {o['mean']:.6g}"
+            print(f"output {name}: shape {o['shape']} {mean}")
 
     _print(args, report, text)
     return 0

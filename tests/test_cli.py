@@ -169,3 +169,37 @@ def test_layers_lists_every_registered_type_with_where_it_runs() -> None:
     assert proc.returncode == 0 and proc.stdout == layers_markdown(catalog)
     proc = cli("layers", "--json", "--markdown")
     assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
+
+
+def test_an_empty_output_is_reported_as_empty_in_strict_json(tmp_path: Path) -> None:
+    """A detector that finds nothing gives an empty blob: its mean is null, not NaN (which is
+    not JSON), and the text report says empty."""
+    param = tmp_path / "det.param"
+    param.write_text(
+        "7767517\n4 4\nInput loc 0 1 loc\nInput conf 0 1 conf\nInput prior 0 1 prior\n"
+        "DetectionOutput det 3 1 loc conf prior out0 0=3 4=0.99\n"
+    )
+    (tmp_path / "det.bin").write_bytes(b"")
+    priors = np.array([[0.1, 0.1, 0.4, 0.4, 0.5, 0.5, 0.9, 0.9], [0.1] * 8], np.float32)
+    arrays = {
+        "loc": np.zeros(8, np.float32),
+        "conf": np.full(6, 1 / 3, np.float32),
+        "prior": priors,
+    }
+    args = []
+    for name, array in arrays.items():
+        np.save(tmp_path / f"{name}.npy", array)
+        args += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+    run = ["run", str(param), str(tmp_path / "det.bin"), *args, "--output", "out0"]
+
+    def no_constants(name: str) -> None:
+        raise AssertionError(f"{name} in --json output")
+
+    proc = cli(*run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    output = json.loads(proc.stdout, parse_constant=no_constants)["outputs"]["out0"]
+    assert output == {"shape": [0], "mean": None, "checksum": 0.0}
+    text = cli(*run)
+    assert text.returncode == 0, text.stderr
+    assert "output out0: shape [0] empty" in text.stdout
+    assert "Warning" not in text.stderr
