@@ -100,7 +100,42 @@ POOL_CASES = [
     Case("pool1d-dims1", "Pooling1D 0=0 1=2 2=2", ((9,),)),
 ]
 
-CASES = CONV_CASES + POOL_CASES
+
+def grid(
+    id: str, params: str, image: tuple[int, int, int], out: tuple[int, int], span: float = 1.2
+) -> Case:
+    """A GridSample case: ``image`` (c, h, w) sampled at an (outh, outw) grid of points in
+    [-span, span] (past 1 they fall outside the image)."""
+    fused = "3=1" in params
+    shape = (2, *out) if fused else (*out, 2)
+    return Case(id, f"GridSample {params}".strip(), (image, shape), grid=span)
+
+
+GRID_CASES = [
+    grid("grid-default", "", (3, 7, 9), (5, 6)),
+    grid("grid-bilinear-zeros", "0=1 1=1", (2, 6, 5), (4, 7)),
+    grid("grid-bilinear-border", "0=1 1=2", (2, 6, 5), (4, 7)),
+    grid("grid-bilinear-reflection", "0=1 1=3", (2, 6, 5), (4, 7)),
+    grid("grid-bilinear-align", "0=1 1=1 2=1", (3, 5, 8), (6, 3)),
+    grid("grid-bilinear-reflection-align", "0=1 1=3 2=1", (3, 5, 8), (6, 3)),
+    grid("grid-nearest-zeros", "0=2 1=1", (4, 9, 7), (5, 5)),
+    grid("grid-nearest-border-align", "0=2 1=2 2=1", (4, 9, 7), (5, 5)),
+    grid("grid-nearest-reflection", "0=2 1=3", (4, 9, 7), (5, 5)),
+    grid("grid-bicubic-zeros", "0=3 1=1", (2, 8, 6), (7, 4)),
+    grid("grid-bicubic-border", "0=3 1=2", (2, 8, 6), (7, 4)),
+    grid("grid-bicubic-reflection", "0=3 1=3", (2, 8, 6), (7, 4)),
+    grid("grid-bicubic-reflection-align", "0=3 1=3 2=1", (2, 8, 6), (7, 4)),
+    grid("grid-permute-fusion", "0=1 1=2 3=1", (3, 6, 7), (4, 9)),
+    grid("grid-bicubic-permute-fusion", "0=3 1=1 2=1 3=1", (2, 5, 5), (3, 8)),
+    grid("grid-one-pixel-wide", "0=1 1=3", (2, 7, 1), (3, 3)),
+    # far outside: reflection reflects once, then (align_corner 0) clamps
+    grid("grid-bilinear-reflection-far", "0=1 1=3", (2, 6, 5), (6, 7), span=3.5),
+    grid("grid-nearest-reflection-far", "0=2 1=3", (2, 6, 5), (6, 7), span=3.5),
+    grid("grid-bicubic-reflection-far", "0=3 1=3", (2, 6, 5), (6, 7), span=3.5),
+    grid("grid-bicubic-border-far", "0=3 1=2 2=1", (2, 6, 5), (6, 7), span=3.5),
+]
+
+CASES = CONV_CASES + POOL_CASES + GRID_CASES
 
 
 def _run_case(tmp_path: Path, case: Case) -> tuple[Model, dict[str, np.ndarray]]:
@@ -131,6 +166,10 @@ BAD_PARAMS = [
     ("Pooling1D 1=0", "kernel"),
     ("Pooling1D 1=2 5=4", "param 5 pad_mode=4 must be 0..3"),
     ("Pooling1D 7=1 8=0", "param 8 out_w=0 must be > 0 for adaptive pooling"),
+    ("GridSample 0=0", "param 0 sample_type=0 must be 1 (bilinear), 2 (nearest) or 3 (bicubic)"),
+    ("GridSample 1=4", "param 1 padding_mode=4 must be 1 (zeros), 2 (border) or 3 (reflection)"),
+    ("GridSample 2=2", "param 2 align_corner=2 must be 0 or 1"),
+    ("GridSample 3=5", "param 3 permute_fusion=5 must be 0 or 1"),
 ]
 
 
@@ -138,15 +177,15 @@ BAD_PARAMS = [
 async def test_bad_params_name_file_line_layer_and_param(
     tmp_path: Path, layer: str, message: str
 ) -> None:
-    case = Case("bad", layer, ((3, 8),))
+    shapes = ((3, 8), (2, 2, 2)) if layer.startswith("GridSample") else ((3, 8),)
+    case = Case("bad", layer, shapes)
     model = write_model(tmp_path, case.model_text(), [tagged(np.ones(12, np.float32))])
+    inputs = {f"in{i}": np.ones(s, np.float32) for i, s in enumerate(shapes)}
     with pytest.raises(ModelFormatError, match=re.escape(message)) as caught:
-        await asyncvk_forward(model, {"in0": np.ones((3, 8), np.float32)}, ["out0"])
-    assert (caught.value.file, caught.value.line, caught.value.layer) == (
-        str(model.param),
-        4,
-        "op0",
-    )
+        await asyncvk_forward(model, inputs, ["out0"])
+    # the magic, the counts, one Input line per input, then the layer
+    where = (caught.value.file, caught.value.line, caught.value.layer)
+    assert where == (str(model.param), 3 + len(shapes), "op0")
 
 
 BAD_SHAPES = [
@@ -158,6 +197,18 @@ BAD_SHAPES = [
     ("Convolution1D 0=4 1=3 6=12", (2, 8), "expects 1 input channels, got 2"),
     ("Convolution1D 0=4 1=3 6=12", (1, 2), "is smaller than the kernel"),
     ("Pooling1D 1=2", (2, 3, 4), "Pooling1D takes a dims 1 or 2 blob (h, w), got shape (2, 3, 4)"),
+    (
+        "GridSample",
+        ((2, 3, 4, 5), (1, 1, 1, 3)),
+        "GridSample samples a dims 3 blob (c, h, w), got shape (2, 3, 4, 5)",
+    ),
+    ("GridSample", ((2, 3, 4), (5, 2)), "GridSample takes a dims 3 grid, got shape (5, 2)"),
+    ("GridSample", ((2, 3, 4), (5, 6, 3)), "GridSample's grid is (h, w, 2), got shape (5, 6, 3)"),
+    (
+        "GridSample 3=1",
+        ((2, 3, 4), (5, 6, 2)),
+        "GridSample's grid with permute_fusion is (2, h, w), got (5, 6, 2)",
+    ),
 ]
 
 
@@ -166,8 +217,10 @@ BAD_SHAPES = [
 async def test_a_blob_the_layer_cannot_take_is_a_plan_error(
     tmp_path: Path, layer: str, shape: tuple[int, ...], message: str, gpu: bool
 ) -> None:
-    case = Case("bad-shape", layer, (shape,))
+    shapes: tuple[tuple[int, ...], ...] = shape if isinstance(shape[0], tuple) else (shape,)
+    case = Case("bad-shape", layer, shapes)
     weights = [tagged(np.ones(12, np.float32))] if layer.startswith("Conv") else []
     model = write_model(tmp_path, case.model_text(), weights)
+    inputs = {f"in{i}": np.ones(s, np.float32) for i, s in enumerate(shapes)}
     with pytest.raises(PlanError, match=re.escape(message)):
-        await asyncvk_forward(model, {"in0": np.ones(shape, np.float32)}, ["out0"], gpu=gpu)
+        await asyncvk_forward(model, inputs, ["out0"], gpu=gpu)
