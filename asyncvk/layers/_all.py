@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     data_movement,
     deconvolution,
     detection,
+    gridsample,
     innerproduct,
     inputs,
     layers_1d,
