@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Shape
+from ._base import Layer, Shape
 from ._geometry import SAME_LOWER, SAME_UPPER
 from ._gpu_api import GpuBlob, RecordContext
 from ._registry import register_layer
@@ -76,8 +76,8 @@ class Convolution1D(Convolution):
         out = self._convolve(x.reshape(h, 1, w), self.weight, self.pad_value)
         return [self._finish(out.reshape(self.num_output, -1))]
 
-    def supports(self, input_shapes: list[Shape]) -> bool:
-        return len(input_shapes) == 1 and len(input_shapes[0]) in (1, 2)
+    #: every blob output_shapes takes runs on the GPU (the 2-D layer's rule asks for dims 3)
+    supports = Layer.supports
 
     def _record_conv(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
         super()._record_conv(ctx, as_planes(source), as_planes(output))
@@ -122,8 +122,7 @@ class Pooling1D(Pooling):
             return [self._adaptive(planes, 1, self.out_w).reshape(shape)]
         return [self._pool(planes).reshape(shape)]
 
-    def supports(self, input_shapes: list[Shape]) -> bool:
-        return len(input_shapes[0]) in (1, 2)
+    supports = Layer.supports
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         out = outputs[0] if self.global_pooling else as_planes(outputs[0])
