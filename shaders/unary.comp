@@ -6,7 +6,8 @@
 //   9 elu(a=alpha)   10 gelu erf   11 gelu tanh   12 abs   13 neg   14 floor   15 ceil
 //   16 square   17 sqrt   18 rsqrt   19 exp   20 log   21 sin   22 cos   23 tan   24 asin
 //   25 acos   26 atan   27 reciprocal   28 log10   29 round (half to even)   30 trunc
-//   31 scale(a): x * a
+//   31 scale(a): x * a   32 threshold(a): x > a ? 1 : 0   33 x rounded to fp16
+//   34 x rounded to bf16 (both to nearest even, as ncnn's Cast)
 // Every op gives NaN for NaN, as ncnn's layers do (ReLU is x < 0 ? x * slope : x, Clip and the
 // hard ops compare, which NaN fails); GLSL's max()/clamp() would be free to drop it.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
@@ -23,7 +24,18 @@ layout(push_constant) uniform Params { int n; } p;
 #include "std_minmax.h"
 #include "index.h"
 
+// The fp16 value nearest to x (ties to even), as F16C's vcvtps2ph: 2^-24 steps below 2^-14
+// (subnormals), 11 significant bits above, infinity past 65504
+float round_fp16(float x) {
+    if (abs(x) == uintBitsToFloat(0x7f800000u)) return x;
+    int e = int((floatBitsToUint(x) >> 23) & 0xffu) - 127;
+    float quantum = exp2(float(max(e, -14) - 10));
+    float r = roundEven(x / quantum) * quantum;
+    return abs(r) > 65504.0 ? sign(r) * uintBitsToFloat(0x7f800000u) : r;
+}
+
 float activate(float x) {
+    if (op == 32) return x > a ? 1.0 : 0.0;  // NaN fails the comparison: 0, as ncnn
     if (op == 0 || is_nan(x)) return x;
     if (op == 1) return x < 0.0 ? (a == 0.0 ? 0.0 : x * a) : x;
     if (op == 2) {
@@ -77,6 +89,11 @@ float activate(float x) {
     if (op == 29) return roundEven(x);
     if (op == 30) return trunc(x);
     if (op == 31) return x * a;
+    if (op == 33) return round_fp16(x);
+    if (op == 34) {
+        uint u = floatBitsToUint(x);  // not NaN here: the carry cannot reach the sign
+        return uintBitsToFloat((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+    }
     return x;
 }
 
