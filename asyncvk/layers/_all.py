@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     data_movement,
     deconvolution,
     detection,
+    elementwise_math,
     gridsample,
     innerproduct,
     inputs,
@@ -20,5 +21,6 @@ from . import (  # noqa: F401
     reduction,
     resample,
     reshape,
+    shape_ops,
     yolo,
 )
