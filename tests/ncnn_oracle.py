@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from asyncvk import Net, Option
+from asyncvk.net._plan import _CpuStep
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def cpu_layer_types(net: Net) -> set[str]:
         step.node.layer.type_name
         for plan in plans
         for step in plan.steps
-        if type(step).__name__ == "_CpuStep"
+        if isinstance(step, _CpuStep)
     }
 
 
@@ -141,3 +142,20 @@ def assert_close(ours: np.ndarray, theirs: np.ndarray, what: str, rtol: float = 
     scale = float(np.linalg.norm(theirs.astype(np.float64)))
     assert np.isfinite(ours).all() == np.isfinite(theirs).all(), f"{what}: non-finite values"
     assert diff <= rtol * max(scale, 1e-30), f"{what}: rel L2 {diff / max(scale, 1e-30):.2e}"
+
+
+async def assert_gpu_and_cpu_match_ncnn(
+    model: Model,
+    inputs: dict[str, np.ndarray],
+    gpu_type: str,
+    output: str = "out0",
+    rtol: float = 1e-4,
+) -> None:
+    """ncnn's output against asyncvk's GPU path (``gpu_type`` must not fall back to the CPU)
+    and its CPU path."""
+    theirs = ncnn_forward(model, inputs, [output])[output]
+    gpu, cpu_types = await asyncvk_forward(model, inputs, [output], gpu=True)
+    assert gpu_type not in cpu_types, f"{gpu_type} fell back to the CPU"
+    assert_close(gpu[output], theirs, "gpu", rtol)
+    cpu, _ = await asyncvk_forward(model, inputs, [output], gpu=False)
+    assert_close(cpu[output], theirs, "cpu", rtol)

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward, raw, tagged, write_model
+from ncnn_oracle import (
+    Model,
+    assert_gpu_and_cpu_match_ncnn,
+    asyncvk_forward,
+    raw,
+    tagged,
+    write_model,
+)
 
 from asyncvk import Net
 from asyncvk._errors import ModelFormatError
@@ -94,12 +101,7 @@ async def test_multiheadattention_matches_ncnn(
     device: VulkanDevice, tmp_path: Path, case: MhaCase
 ) -> None:
     model, inputs = _mha_model(tmp_path, case)
-    theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
-    gpu, cpu_types = await asyncvk_forward(model, inputs, ["out0"], gpu=True)
-    assert "MultiHeadAttention" not in cpu_types, "MultiHeadAttention fell back to the CPU"
-    assert_close(gpu["out0"], theirs, "gpu")
-    cpu, _ = await asyncvk_forward(model, inputs, ["out0"], gpu=False)
-    assert_close(cpu["out0"], theirs, "cpu")
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "MultiHeadAttention")
 
 
 BAD_MHA = [
@@ -183,12 +185,7 @@ async def test_sdpa_matches_ncnn(
     }
     if mask is not None:
         inputs["in3"][RNG.random(mask) < 0.2] = -1e9
-    theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
-    gpu, cpu_types = await asyncvk_forward(model, inputs, ["out0"], gpu=True)
-    assert "SDPA" not in cpu_types, "SDPA fell back to the CPU"
-    assert_close(gpu["out0"], theirs, "gpu")
-    cpu, _ = await asyncvk_forward(model, inputs, ["out0"], gpu=False)
-    assert_close(cpu["out0"], theirs, "cpu")
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "SDPA")
 
 
 @pytest.mark.parametrize(

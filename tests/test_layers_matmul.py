@@ -9,7 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward, tagged, write_model
+from ncnn_oracle import (
+    Model,
+    assert_gpu_and_cpu_match_ncnn,
+    asyncvk_forward,
+    tagged,
+    write_model,
+)
 
 from asyncvk import Net
 from asyncvk._errors import ModelFormatError
@@ -98,12 +104,7 @@ def _gemm_model(tmp_path: Path, case: GemmCase) -> tuple[Model, dict[str, np.nda
 @pytest.mark.parametrize("case", GEMM_CASES, ids=[c.id for c in GEMM_CASES])
 async def test_gemm_matches_ncnn(device: VulkanDevice, tmp_path: Path, case: GemmCase) -> None:
     model, inputs = _gemm_model(tmp_path, case)
-    theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
-    gpu, cpu_types = await asyncvk_forward(model, inputs, ["out0"], gpu=True)
-    assert "Gemm" not in cpu_types, "Gemm fell back to the CPU"
-    assert_close(gpu["out0"], theirs, "gpu")
-    cpu, _ = await asyncvk_forward(model, inputs, ["out0"], gpu=False)
-    assert_close(cpu["out0"], theirs, "cpu")
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm")
 
 
 BAD_GEMM = [
@@ -173,12 +174,7 @@ async def test_matmul_matches_ncnn(
     model = write_model(tmp_path, text)
     inputs = {"in0": RNG.standard_normal(a).astype(np.float32)}
     inputs["in1"] = RNG.standard_normal(b).astype(np.float32)
-    theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
-    gpu, cpu_types = await asyncvk_forward(model, inputs, ["out0"], gpu=True)
-    assert "MatMul" not in cpu_types, "MatMul fell back to the CPU"
-    assert_close(gpu["out0"], theirs, "gpu")
-    cpu, _ = await asyncvk_forward(model, inputs, ["out0"], gpu=False)
-    assert_close(cpu["out0"], theirs, "cpu")
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "MatMul")
 
 
 @pytest.mark.parametrize(
