@@ -6,11 +6,8 @@ Format (ncnn ``Net::load_param`` and ``ParamDict::load_param``)::
     layer_count blob_count
     Type Name in_count out_count bottom... top... id=value ...
 
-A value with '.', 'e' or 'E' is a float, else an int (decided on the token text, as ncnn does);
-one starting with a letter or '"' is a string (quotes removed, at most 255 characters);
-``id=a,b,c`` is an array (typed float if any element is a float) and ``-233XX=n,a,b`` is the
-old array syntax for id XX, whose first element counts the rest. Ids run 0..31: 30 holds the
-top-shape hints (an int array) and 31 the featmask (an int).
+The ``id=value`` pairs and their type rules are read by ``_param_values``; this module reads
+the file, its header and the layer lines, and checks the graph they form.
 
 ncnn scans the file as a stream of whitespace-separated tokens; this parser reads it line by
 line instead (one layer per line, blank lines and extra spaces ignored), so that every error
@@ -26,31 +23,18 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any
 
 from .._errors import ModelFormatError
-from ..layers._paramdict import ParamDict, ParamValue
+from ..layers._paramdict import ParamDict
+from ._param_values import FEATMASK_ID as FEATMASK_ID
+from ._param_values import MAX_STRING, TOKEN, WS, Where, parse_int, parse_params
+from ._param_values import SHAPE_HINTS_ID as SHAPE_HINTS_ID
 
 MAGIC = 7767517
-#: ncnn's NCNN_MAX_PARAM_COUNT is 32, so ids run 0..31.
-MAX_PARAM_ID = 31
-#: ncnn scans names with ``%255s`` and limits strings to 255 characters.
-MAX_STRING = 255
-OLD_ARRAY_BASE = -23300
-SHAPE_HINTS_ID = 30
-FEATMASK_ID = 31
-
-# C's isspace() in the "C" locale: what scanf skips. str.split() would also split on Unicode
-# spaces, which ncnn keeps inside names.
-_WS = " \t\r\f\v"
-_TOKEN = re.compile(f"[^{_WS}]+")
-_INT = re.compile(r"[+-]?[0-9]+\Z")
-_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _BINARY_MAGIC = MAGIC.to_bytes(4, "little")
 
 log = logging.getLogger("asyncvk.net")
@@ -136,7 +120,7 @@ def model_error(
 
 def _parse_param_text(text: str, source: str, known_types: Collection[str] | None) -> ParamFile:
     text = text.removeprefix("\ufeff")
-    lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip(_WS)]
+    lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip(WS)]
     if not lines:
         raise ModelFormatError("empty .param file", file=source)
     for n, line in lines:
@@ -164,7 +148,7 @@ def _parse_param_text(text: str, source: str, known_types: Collection[str] | Non
     # is frozen, so equal texts share one parse. Only successful parses are kept.
     parsed: dict[str, ParamDict] = {}
     for n, line in body:
-        graph.add(_parse_layer(line, _Where(source, n), parsed))
+        graph.add(_parse_layer(line, Where(source, n), parsed))
     graph.check_types()
     _check_blob_count(graph, blob_count, counts_line)
     return ParamFile(tuple(graph.layers), tuple(graph.blob_names), source)
@@ -186,7 +170,7 @@ def _warn_ignored_lines(
         s,
         layer_count,
         counts_line,
-        " ".join(_TOKEN.findall(first))[:60],
+        " ".join(TOKEN.findall(first))[:60],
     )
 
 
@@ -264,9 +248,9 @@ def _decode(raw: bytes, name: str) -> str:
 
 def _check_magic(first: tuple[int, str], source: str) -> None:
     n, line = first
-    if _TOKEN.findall(line) != [str(MAGIC)]:
+    if TOKEN.findall(line) != [str(MAGIC)]:
         raise ModelFormatError(
-            f"bad magic {line.strip(_WS)[:40]!r} (a text .param starts with {MAGIC})",
+            f"bad magic {line.strip(WS)[:40]!r} (a text .param starts with {MAGIC})",
             file=source,
             line=n,
         )
@@ -274,11 +258,11 @@ def _check_magic(first: tuple[int, str], source: str) -> None:
 
 def _counts(counts: tuple[int, str], source: str) -> tuple[int, int]:
     n, line = counts
-    tokens = _TOKEN.findall(line)
-    ints = [_parse_int(t) for t in tokens]
+    tokens = TOKEN.findall(line)
+    ints = [parse_int(t) for t in tokens]
     if len(ints) != 2 or ints[0] is None or ints[1] is None:
         raise ModelFormatError(
-            f"bad counts line {line.strip(_WS)[:40]!r} (expected 'layer_count blob_count')",
+            f"bad counts line {line.strip(WS)[:40]!r} (expected 'layer_count blob_count')",
             file=source,
             line=n,
         )
@@ -295,25 +279,13 @@ def _counts(counts: tuple[int, str], source: str) -> tuple[int, int]:
 # -- one layer line ----------------------------------------------------------------------------
 
 
-class _Where:
-    """File, line and (once known) layer name of the text being parsed, for errors."""
-
-    def __init__(self, file: str, line: int) -> None:
-        self.file = file
-        self.line = line
-        self.layer: str | None = None
-
-    def fail(self, message: str) -> NoReturn:
-        raise ModelFormatError(message, file=self.file, line=self.line, layer=self.layer)
-
-
-def _parse_layer(line: str, where: _Where, parsed: dict[str, ParamDict]) -> LayerDecl:
-    matches = list(_TOKEN.finditer(line))
+def _parse_layer(line: str, where: Where, parsed: dict[str, ParamDict]) -> LayerDecl:
+    matches = list(TOKEN.finditer(line))
     tokens = [m.group() for m in matches]
     if len(tokens) >= 2:
         where.layer = tokens[1]
     if len(tokens) < 4:
-        where.fail(f"expected 'Type Name in_count out_count ...', got {line.strip(_WS)[:60]!r}")
+        where.fail(f"expected 'Type Name in_count out_count ...', got {line.strip(WS)[:60]!r}")
     kind, name, in_text, out_text = tokens[:4]
     for what, text in (("layer type", kind), ("layer name", name)):
         if len(text) > MAX_STRING:
@@ -336,136 +308,16 @@ def _parse_layer(line: str, where: _Where, parsed: dict[str, ParamDict]) -> Laye
     text = line[params_start:]
     params = parsed.get(text)
     if params is None:
-        params = parsed[text] = _parse_params(line, params_start, where)
+        params = parsed[text] = parse_params(line, params_start, where)
     return LayerDecl(kind, name, tuple(names[:n_in]), tuple(names[n_in:]), params, where.line)
 
 
-def _count(text: str, what: str, where: _Where) -> int:
-    value = _parse_int(text)
+def _count(text: str, what: str, where: Where) -> int:
+    value = parse_int(text)
     if value is None:
         where.fail(f"{what} count {text!r} is not an integer")
     if value < 0:
         where.fail(f"{what} count {value} is negative")
-    return value
-
-
-def _parse_params(line: str, pos: int, where: _Where) -> ParamDict:
-    """Scan ``id=value`` pairs; quoted strings may hold spaces, as in ncnn."""
-    values: dict[int, ParamValue] = {}
-    length = len(line)
-    while True:
-        while pos < length and line[pos] in _WS:
-            pos += 1
-        if pos >= length:
-            return ParamDict(values)
-        token = _TOKEN.match(line, pos)
-        assert token is not None  # pos is at a non-space character
-        key_text, eq, value_text = token.group().partition("=")
-        if not eq:
-            where.fail(f"expected id=value, got {token.group()[:40]!r}")
-        pos = token.end()
-        key, old_array = _key(key_text, where)
-        if key in values:
-            where.fail(f"param {key} given twice")
-        value: ParamValue
-        if old_array:
-            value = _old_array(value_text, key, where)
-        elif value_text.startswith('"'):
-            value_start = token.start() + len(key_text) + 2
-            close = line.find('"', value_start)
-            if close < 0:
-                where.fail(f"param {key}: unterminated quoted string")
-            pos = close + 1
-            if pos < length and line[pos] not in _WS:
-                where.fail(f"param {key}: text after the closing quote")
-            value = _string(line[value_start:close], key, where)
-        else:
-            value = _value(value_text, key, where)
-        values[key] = _check_reserved(key, value, where)
-
-
-def _key(text: str, where: _Where) -> tuple[int, bool]:
-    """Return (param id, is old array syntax)."""
-    key = _parse_int(text)
-    if key is None:
-        where.fail(f"malformed param key {text[:40]!r} (expected an integer id before '=')")
-    old_array = key <= OLD_ARRAY_BASE
-    param_id = OLD_ARRAY_BASE - key if old_array else key
-    if not 0 <= param_id <= MAX_PARAM_ID:
-        written = f" (written {key})" if old_array else ""
-        where.fail(f"param id {param_id}{written} out of range 0..{MAX_PARAM_ID}")
-    return param_id, old_array
-
-
-def _value(text: str, key: int, where: _Where) -> ParamValue:
-    if not text:
-        where.fail(f"param {key} has no value")
-    if text[0].isascii() and text[0].isalpha():  # C isalpha(): ASCII letters only
-        return _string(text.removesuffix('"'), key, where)
-    items = text.split(",")
-    if len(items) == 1:
-        return _number(text, key, where)
-    if items[-1] == "":  # ncnn stops at a trailing comma
-        items.pop()
-    return _typed_array([_number(t, key, where) for t in items])
-
-
-def _old_array(text: str, key: int, where: _Where) -> tuple[int, ...] | tuple[float, ...]:
-    items = text.split(",")
-    declared = _parse_int(items[0])
-    if declared is None or declared < 0:
-        where.fail(f"param {key}: old-style array must start with its length, got {items[0]!r}")
-    values = [_number(t, key, where) for t in items[1:]]
-    if declared != len(values):
-        where.fail(f"param {key}: old-style array declares {declared} values but has {len(values)}")
-    return _typed_array(values)
-
-
-def _typed_array(values: list[int | float]) -> tuple[int, ...] | tuple[float, ...]:
-    if any(isinstance(v, float) for v in values):
-        return tuple(float(v) for v in values)
-    return tuple(int(v) for v in values)
-
-
-def _string(text: str, key: int, where: _Where) -> str:
-    if len(text) > MAX_STRING:
-        where.fail(f"param {key}: string longer than {MAX_STRING} characters ({len(text)})")
-    return text
-
-
-def _number(text: str, key: int, where: _Where) -> int | float:
-    """ncnn's rule on the token text: '.', 'e' or 'E' makes a float, anything else an int."""
-    if any(ch in text for ch in ".eE"):
-        if not _FLOAT.match(text):
-            where.fail(f"param {key}: {text[:40]!r} is not a number")
-        return float(text)
-    value = _parse_int(text)
-    if value is None:
-        where.fail(f"param {key}: {text[:40]!r} is not a number")
-    if not _INT32_MIN <= value <= _INT32_MAX:
-        where.fail(f"param {key}: {value} does not fit in a 32-bit int")
-    return value
-
-
-def _parse_int(text: str) -> int | None:
-    """The int ``%d`` reads from the whole token, or None; huge values saturate past int64
-    (``int()`` refuses strings over 4300 digits, and no caller needs the exact value)."""
-    if not _INT.match(text):
-        return None
-    if len(text.lstrip("+-").lstrip("0")) > 18:
-        return -(2**63) if text.startswith("-") else 2**63
-    return int(text)
-
-
-def _check_reserved(key: int, value: ParamValue, where: _Where) -> ParamValue:
-    """Ids 30 and 31 mean the same for every layer; check their types once, here."""
-    if key == FEATMASK_ID and not isinstance(value, int):
-        where.fail(f"param 31 (featmask) must be an int, got {value!r}")
-    if key == SHAPE_HINTS_ID:
-        if isinstance(value, int):
-            return (value,)
-        if not isinstance(value, tuple) or any(isinstance(v, float) for v in value):
-            where.fail(f"param 30 (shape hints) must be an int array, got {value!r}")
     return value
 
 
