@@ -9,7 +9,7 @@ functions are cut short (a truncated body), which some drivers crash on instead 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._errors import SpirvError
 
@@ -129,8 +129,105 @@ def _string(words: tuple[int, ...], offset: int) -> str:
     return raw[:end].decode("utf-8", "replace")
 
 
+_TYPE_OPS = frozenset(
+    (
+        _OP_TYPE_BOOL,
+        _OP_TYPE_INT,
+        _OP_TYPE_FLOAT,
+        _OP_TYPE_VECTOR,
+        _OP_TYPE_MATRIX,
+        _OP_TYPE_IMAGE,
+        _OP_TYPE_SAMPLED_IMAGE,
+        _OP_TYPE_ARRAY,
+        _OP_TYPE_RUNTIME_ARRAY,
+        _OP_TYPE_STRUCT,
+        _OP_TYPE_POINTER,
+    )
+)
+
+
+@dataclass
+class _Module:
+    """The instructions reflection needs, decoded into tables (the decode pass's result)."""
+
+    words: tuple[int, ...]
+    decorations: dict[int, dict[int, int]] = field(default_factory=dict)
+    member_offsets: dict[int, dict[int, int]] = field(default_factory=dict)
+    types: dict[int, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    constants: dict[int, int] = field(default_factory=dict)
+    #: (id, pointer type id, storage class)
+    variables: list[tuple[int, int, int]] = field(default_factory=list)
+    spec_ids: list[int] = field(default_factory=list)
+    spec_constant_values: dict[int, int] = field(default_factory=dict)
+    local_size: tuple[int, int, int] = (1, 1, 1)
+    local_size_id_operands: tuple[int, int, int] | None = None
+    #: (model, function id, name)
+    entry_points: list[tuple[int, int, str]] = field(default_factory=list)
+
+
+class _FunctionStructure:
+    """Checks that functions nest properly and every block is terminated, instruction by
+    instruction: a truncated body crashes some drivers instead of being refused."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self.reader = reader
+        self.functions: set[int] = set()
+        self.function: int | None = None  # the function being read, with where it started
+        self.function_at = 0
+        self.in_block = False
+
+    def step(self, op: int, i: int, argc: int) -> None:
+        function = self.function
+        if function is not None:
+            if op == _OP_LABEL:
+                if self.in_block:
+                    raise SpirvError("a block starts before the previous one was terminated", i)
+                self.in_block = True
+            elif op in _TERMINATORS:
+                self.in_block = False
+            elif op == _OP_FUNCTION_END:
+                if self.in_block:
+                    raise SpirvError(f"function {function} ends inside an unterminated block", i)
+                self.function = None
+            elif op == _OP_FUNCTION:
+                raise SpirvError(f"function starts inside function {function}", i)
+        elif op == _OP_FUNCTION:
+            _type, self.function, *_ = self.reader.operands(i, argc, 4, op)
+            self.functions.add(self.function)
+            self.function_at = i
+        elif op == _OP_FUNCTION_END:
+            raise SpirvError("OpFunctionEnd outside a function", i)
+
+    def finish(self, entry_points: list[tuple[int, int, str]]) -> None:
+        if self.function is not None:
+            raise SpirvError(
+                f"the module ends inside function {self.function} (truncated?)", self.function_at
+            )
+        for _model, target, name in entry_points:
+            if target not in self.functions:
+                raise SpirvError(f"entry point {name!r} names id {target}, which is no function")
+
+
 def reflect_spirv(spirv: bytes) -> ShaderInfo:
     """Parse SPIR-V bytes into a ShaderInfo."""
+    module = _decode(_words(spirv))
+    bindings, push_size = _bindings_and_push_size(module)
+    local_size, local_size_ids = _local_size(module)
+    return ShaderInfo(
+        bindings=tuple(sorted(bindings, key=lambda b: (b.set, b.binding))),
+        push_constant_size=push_size,
+        specialization_ids=tuple(sorted(set(module.spec_ids))),
+        local_size=local_size,
+        local_size_ids=local_size_ids,
+        entry_points=tuple(EntryPoint(model, name) for model, _, name in module.entry_points),
+    )
+
+
+# -- decode pass -------------------------------------------------------------------------------
+
+
+def _words(spirv: bytes) -> tuple[int, ...]:
+    """The module as little-endian words, its size and magic checked."""
     if len(spirv) % 4:
         raise SpirvError(f"size {len(spirv)} is not a multiple of 4 bytes")
     n = len(spirv) // 4
@@ -139,24 +236,15 @@ def reflect_spirv(spirv: bytes) -> ShaderInfo:
     words = struct.unpack(f"<{n}I", spirv)
     if words[0] != SPIRV_MAGIC:
         raise SpirvError(f"bad magic 0x{words[0]:08x} (expected 0x{SPIRV_MAGIC:08x})", 0)
-    bound = words[3]
+    return words
+
+
+def _decode(words: tuple[int, ...]) -> _Module:
+    """Read the instruction stream once, checking its framing and function structure."""
+    n = len(words)
     reader = _Reader(words)
-
-    decorations: dict[int, dict[int, int]] = {}
-    member_offsets: dict[int, dict[int, int]] = {}
-    types: dict[int, tuple[int, tuple[int, ...]]] = {}
-    constants: dict[int, int] = {}
-    variables: list[tuple[int, int, int]] = []  # (id, pointer type id, storage class)
-    spec_ids: list[int] = []
-    spec_constant_values: dict[int, int] = {}
-    local_size = (1, 1, 1)
-    local_size_id_operands: tuple[int, int, int] | None = None
-    entry_points: list[tuple[int, int, str]] = []  # (model, function id, name)
-    functions: set[int] = set()
-    function: int | None = None  # the function being read, with where it started
-    function_at = 0
-    in_block = False
-
+    module = _Module(words)
+    structure = _FunctionStructure(reader)
     i = 5
     while i < n:
         word = words[i]
@@ -165,153 +253,147 @@ def reflect_spirv(spirv: bytes) -> ShaderInfo:
             raise SpirvError("instruction with word count 0", i)
         if i + count > n:
             raise SpirvError(f"opcode {op} runs past the end ({count} words)", i)
-        argc = count - 1
-        if function is not None:
-            if op == _OP_LABEL:
-                if in_block:
-                    raise SpirvError("a block starts before the previous one was terminated", i)
-                in_block = True
-            elif op in _TERMINATORS:
-                in_block = False
-            elif op == _OP_FUNCTION_END:
-                if in_block:
-                    raise SpirvError(f"function {function} ends inside an unterminated block", i)
-                function = None
-            elif op == _OP_FUNCTION:
-                raise SpirvError(f"function starts inside function {function}", i)
-        elif op == _OP_FUNCTION:
-            _type, function, *_ = reader.operands(i, argc, 4, op)
-            functions.add(function)
-            function_at = i
-        elif op == _OP_FUNCTION_END:
-            raise SpirvError("OpFunctionEnd outside a function", i)
-        if op == _OP_ENTRY_POINT:
-            model, target, *_ = reader.operands(i, argc, 3, op)
-            entry_points.append((model, target, _string(words[i + 3 : i + count], i)))
-        elif op == _OP_DECORATE:
-            target, deco, *rest = reader.operands(i, argc, 2, op)
-            decorations.setdefault(target, {})[deco] = rest[0] if rest else 1
-            if deco == _DEC_SPEC_ID:
-                if not rest:
-                    raise SpirvError("SpecId decoration without an id", i)
-                spec_ids.append(rest[0])
-        elif op == _OP_MEMBER_DECORATE:
-            target, member, deco, *rest = reader.operands(i, argc, 3, op)
-            if deco == _DEC_OFFSET and rest:
-                member_offsets.setdefault(target, {})[member] = rest[0]
-        elif op in (
-            _OP_TYPE_BOOL,
-            _OP_TYPE_INT,
-            _OP_TYPE_FLOAT,
-            _OP_TYPE_VECTOR,
-            _OP_TYPE_MATRIX,
-            _OP_TYPE_IMAGE,
-            _OP_TYPE_SAMPLED_IMAGE,
-            _OP_TYPE_ARRAY,
-            _OP_TYPE_RUNTIME_ARRAY,
-            _OP_TYPE_STRUCT,
-            _OP_TYPE_POINTER,
-        ):
-            result, *rest = reader.operands(i, argc, 1, op)
-            if result >= bound:
-                raise SpirvError(f"id {result} is outside the bound {bound}", i)
-            types[result] = (op, tuple(rest))
-        elif op in (_OP_CONSTANT, _OP_SPEC_CONSTANT):
-            _type, result, *rest = reader.operands(i, argc, 3, op)
-            value = rest[0]
-            (constants if op == _OP_CONSTANT else spec_constant_values)[result] = value
-            if op == _OP_SPEC_CONSTANT:
-                constants[result] = value
-        elif op in (_OP_SPEC_CONSTANT_TRUE, _OP_SPEC_CONSTANT_FALSE):
-            reader.operands(i, argc, 2, op)
-        elif op == _OP_VARIABLE:
-            type_id, result, storage, *_ = reader.operands(i, argc, 3, op)
-            variables.append((result, type_id, storage))
-        elif op == _OP_EXECUTION_MODE:
-            _entry, mode, *rest = reader.operands(i, argc, 2, op)
-            if mode == _MODE_LOCAL_SIZE:
-                if len(rest) < 3:
-                    raise SpirvError("LocalSize needs three operands", i)
-                local_size = (rest[0], rest[1], rest[2])
-        elif op == _OP_EXECUTION_MODE_ID:
-            _entry, mode, *rest = reader.operands(i, argc, 2, op)
-            if mode == _MODE_LOCAL_SIZE_ID:
-                if len(rest) < 3:
-                    raise SpirvError("LocalSizeId needs three operands", i)
-                local_size_id_operands = (rest[0], rest[1], rest[2])
-        elif op == _OP_NAME:
-            reader.operands(i, argc, 1, op)
-            _string(words[i + 2 : i + count], i)
+        structure.step(op, i, count - 1)
+        _record(module, reader, op, i, count)
         i += count
-    if function is not None:
-        raise SpirvError(f"the module ends inside function {function} (truncated?)", function_at)
-    for _model, target, name in entry_points:
-        if target not in functions:
-            raise SpirvError(f"entry point {name!r} names id {target}, which is no function")
+    structure.finish(module.entry_points)
+    return module
 
-    def size_of(type_id: int, depth: int = 0) -> int:
-        if depth > 32 or type_id not in types:
-            raise SpirvError(f"push constant member type {type_id} cannot be sized")
-        op, args = types[type_id]
-        if op in (_OP_TYPE_INT, _OP_TYPE_FLOAT):
-            return args[0] // 8
-        if op == _OP_TYPE_BOOL:
-            return 4
-        if op in (_OP_TYPE_VECTOR, _OP_TYPE_MATRIX):
-            return size_of(args[0], depth + 1) * args[1]
-        if op == _OP_TYPE_ARRAY:
-            stride = decorations.get(type_id, {}).get(_DEC_ARRAY_STRIDE)
-            length = constants.get(args[1])
-            if length is None:
-                raise SpirvError(f"array length id {args[1]} is not a constant")
-            return (stride or size_of(args[0], depth + 1)) * length
-        if op == _OP_TYPE_STRUCT:
-            offsets = member_offsets.get(type_id, {})
-            end = 0
-            for m, member_type in enumerate(args):
-                end = max(end, offsets.get(m, end) + size_of(member_type, depth + 1))
-            return end
-        raise SpirvError(f"type {type_id} (opcode {op}) cannot be in a push constant block")
 
+def _record(module: _Module, reader: _Reader, op: int, i: int, count: int) -> None:
+    """Keep what instruction ``op`` at word ``i`` tells reflection."""
+    argc = count - 1
+    if op in (_OP_DECORATE, _OP_MEMBER_DECORATE):
+        _record_decoration(module, reader, op, i, argc)
+    elif op in _TYPE_OPS:
+        result, *rest = reader.operands(i, argc, 1, op)
+        bound = module.words[3]
+        if result >= bound:
+            raise SpirvError(f"id {result} is outside the bound {bound}", i)
+        module.types[result] = (op, tuple(rest))
+    elif op in (_OP_CONSTANT, _OP_SPEC_CONSTANT):
+        _type, result, *rest = reader.operands(i, argc, 3, op)
+        value = rest[0]
+        (module.constants if op == _OP_CONSTANT else module.spec_constant_values)[result] = value
+        if op == _OP_SPEC_CONSTANT:
+            module.constants[result] = value
+    elif op in (_OP_SPEC_CONSTANT_TRUE, _OP_SPEC_CONSTANT_FALSE):
+        reader.operands(i, argc, 2, op)
+    elif op == _OP_VARIABLE:
+        type_id, result, storage, *_ = reader.operands(i, argc, 3, op)
+        module.variables.append((result, type_id, storage))
+    else:
+        _record_mode_or_name(module, reader, op, i, count)
+
+
+def _record_decoration(module: _Module, reader: _Reader, op: int, i: int, argc: int) -> None:
+    if op == _OP_DECORATE:
+        target, deco, *rest = reader.operands(i, argc, 2, op)
+        module.decorations.setdefault(target, {})[deco] = rest[0] if rest else 1
+        if deco == _DEC_SPEC_ID:
+            if not rest:
+                raise SpirvError("SpecId decoration without an id", i)
+            module.spec_ids.append(rest[0])
+    else:
+        target, member, deco, *rest = reader.operands(i, argc, 3, op)
+        if deco == _DEC_OFFSET and rest:
+            module.member_offsets.setdefault(target, {})[member] = rest[0]
+
+
+def _record_mode_or_name(module: _Module, reader: _Reader, op: int, i: int, count: int) -> None:
+    """Entry points, execution modes and debug names; other opcodes are skipped."""
+    argc, words = count - 1, module.words
+    if op == _OP_ENTRY_POINT:
+        model, target, *_ = reader.operands(i, argc, 3, op)
+        module.entry_points.append((model, target, _string(words[i + 3 : i + count], i)))
+    elif op == _OP_EXECUTION_MODE:
+        _entry, mode, *rest = reader.operands(i, argc, 2, op)
+        if mode == _MODE_LOCAL_SIZE:
+            if len(rest) < 3:
+                raise SpirvError("LocalSize needs three operands", i)
+            module.local_size = (rest[0], rest[1], rest[2])
+    elif op == _OP_EXECUTION_MODE_ID:
+        _entry, mode, *rest = reader.operands(i, argc, 2, op)
+        if mode == _MODE_LOCAL_SIZE_ID:
+            if len(rest) < 3:
+                raise SpirvError("LocalSizeId needs three operands", i)
+            module.local_size_id_operands = (rest[0], rest[1], rest[2])
+    elif op == _OP_NAME:
+        reader.operands(i, argc, 1, op)
+        _string(words[i + 2 : i + count], i)
+
+
+# -- interpretation pass -----------------------------------------------------------------------
+
+
+def _size_of(module: _Module, type_id: int, depth: int = 0) -> int:
+    """Bytes a push-constant member of ``type_id`` spans (explicit offsets and strides win)."""
+    if depth > 32 or type_id not in module.types:
+        raise SpirvError(f"push constant member type {type_id} cannot be sized")
+    op, args = module.types[type_id]
+    if op in (_OP_TYPE_INT, _OP_TYPE_FLOAT):
+        return args[0] // 8
+    if op == _OP_TYPE_BOOL:
+        return 4
+    if op in (_OP_TYPE_VECTOR, _OP_TYPE_MATRIX):
+        return _size_of(module, args[0], depth + 1) * args[1]
+    if op == _OP_TYPE_ARRAY:
+        stride = module.decorations.get(type_id, {}).get(_DEC_ARRAY_STRIDE)
+        length = module.constants.get(args[1])
+        if length is None:
+            raise SpirvError(f"array length id {args[1]} is not a constant")
+        return (stride or _size_of(module, args[0], depth + 1)) * length
+    if op == _OP_TYPE_STRUCT:
+        offsets = module.member_offsets.get(type_id, {})
+        end = 0
+        for m, member_type in enumerate(args):
+            end = max(end, offsets.get(m, end) + _size_of(module, member_type, depth + 1))
+        return end
+    raise SpirvError(f"type {type_id} (opcode {op}) cannot be in a push constant block")
+
+
+def _bindings_and_push_size(module: _Module) -> tuple[list[Binding], int]:
     bindings: list[Binding] = []
     push_size = 0
-    for var_id, ptr_type, storage in variables:
-        pointer = types.get(ptr_type)
+    for var_id, ptr_type, storage in module.variables:
+        pointer = module.types.get(ptr_type)
         if pointer is None or pointer[0] != _OP_TYPE_POINTER or len(pointer[1]) < 2:
             raise SpirvError(f"variable {var_id} has no pointer type")
         pointee = pointer[1][1]
         if storage == _SC_PUSH_CONSTANT:
-            push_size = max(push_size, size_of(pointee))
+            push_size = max(push_size, _size_of(module, pointee))
             continue
-        var_deco = decorations.get(var_id, {})
+        var_deco = module.decorations.get(var_id, {})
         if _DEC_BINDING not in var_deco:
             continue
-        kind = _descriptor_type(storage, pointee, types, decorations)
+        kind = _descriptor_type(storage, pointee, module.types, module.decorations)
         if kind is None:
             raise SpirvError(f"binding {var_deco[_DEC_BINDING]} has an unsupported resource type")
         binding = var_deco[_DEC_BINDING]
         bindings.append(Binding(var_deco.get(_DEC_DESCRIPTOR_SET, 0), binding, kind))
+    return bindings, push_size
 
+
+def _local_size(
+    module: _Module,
+) -> tuple[tuple[int, int, int], tuple[int, int, int] | None]:
+    """(local size, the spec ids that set it or None): LocalSizeId operands, else the
+    ``gl_WorkGroupSize`` composite's, else the fixed LocalSize mode."""
+    local_size = module.local_size
+    decorations = module.decorations
     local_size_ids: tuple[int, int, int] | None = None
-    if local_size_id_operands is not None:
-        ids = [decorations.get(c, {}).get(_DEC_SPEC_ID) for c in local_size_id_operands]
-        values = [constants.get(c, 1) for c in local_size_id_operands]
+    if module.local_size_id_operands is not None:
+        ids = [decorations.get(c, {}).get(_DEC_SPEC_ID) for c in module.local_size_id_operands]
+        values = [module.constants.get(c, 1) for c in module.local_size_id_operands]
         local_size = (values[0], values[1], values[2])
         if all(x is not None for x in ids):
             local_size_ids = (ids[0], ids[1], ids[2])  # type: ignore[assignment]
     else:
-        local_size_ids = _workgroup_size_spec_ids(words, decorations, spec_constant_values)
+        spec = module.spec_constant_values
+        local_size_ids = _workgroup_size_spec_ids(module.words, decorations, spec)
         if local_size_ids is not None:
-            local_size = _workgroup_size_defaults(words, decorations, spec_constant_values)
-
-    return ShaderInfo(
-        bindings=tuple(sorted(bindings, key=lambda b: (b.set, b.binding))),
-        push_constant_size=push_size,
-        specialization_ids=tuple(sorted(set(spec_ids))),
-        local_size=local_size,
-        local_size_ids=local_size_ids,
-        entry_points=tuple(EntryPoint(model, name) for model, _, name in entry_points),
-    )
+            local_size = _workgroup_size_defaults(module.words, decorations, spec)
+    return local_size, local_size_ids
 
 
 _OP_SPEC_CONSTANT_COMPOSITE = 51
