@@ -19,6 +19,11 @@ SHARED = {"_errors", "_version"}
 #: The application modules on top (CLI, server, runner): they may import any part but _vk.
 APPLICATION = {
     "cli",
+    "_cli_cache",
+    "_cli_info",
+    "_cli_report",
+    "_cli_run",
+    "_cli_shapehint",
     "_server",
     "_runner",
     "__main__",

@@ -1,0 +1,275 @@
+"""The commands that load a model on the device: ``run``, ``bench``, ``cache warm`` and
+``serve``. Each imports numpy and the rest of asyncvk inside, beside the device thread."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from ._cli_report import mark, print_report, user_clock
+from ._progress import Progress
+
+
+def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
+    from ._runner import RunConfig
+
+    if getattr(args, "cache", None) and getattr(args, "cache_dir", None):
+        raise ValueError("use either --cache FILE or --cache-dir DIR --graph-key KEY, not both")
+    if bool(getattr(args, "cache_dir", None)) != bool(getattr(args, "graph_key", None)):
+        raise ValueError("--cache-dir and --graph-key go together")
+    _refuse_unsafe_cache_target(getattr(args, "cache", None))
+    return RunConfig(
+        param=args.param,
+        model=args.bin,
+        cache_file=getattr(args, "cache", None),
+        cache_dir=getattr(args, "cache_dir", None),
+        graph_key=getattr(args, "graph_key", None),
+        device=getattr(args, "device", None),
+        cpu=getattr(args, "cpu", False),
+        fp16=getattr(args, "fp16", False),
+        compile_threads=getattr(args, "compile_threads", None),
+        must_hit=getattr(args, "must_hit", False),
+        shape_hints=getattr(args, "shape_hints", False),
+        progress=progress.counter("loading model") if progress else None,
+    )
+
+
+def _refuse_unsafe_cache_target(path: str | None) -> None:
+    """``--cache FILE`` must name a cache file or nothing: say so before any work is done."""
+    if not path:
+        return
+    from .cache._safe_fs import expand_path, replace_refusal
+
+    why = replace_refusal(expand_path(path))
+    if why is not None:
+        raise ValueError(f"--cache {path}: {why}")
+
+
+async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    import numpy as np
+
+    from ._runner import cache_counters, close_net, default_output, load_npy, memory_peaks, open_net
+
+    mark("imports_done")
+    inputs = [load_npy(s) for s in args.input]
+    outputs = [s.partition("=") for s in args.output]
+    opened = await open_net(_config(args, progress))
+    report = opened.report
+    try:
+        net = opened.net
+        names = [name for name, _, _ in outputs] or [default_output(net)]
+        t0 = time.perf_counter()
+        ex = net.create_extractor()
+        for name, array in inputs:
+            ex.input(name, array)
+        results = {}
+        with progress.step("first inference"):
+            for name in names:
+                results[name] = await ex.extract(name)
+        report["infer_s"] = time.perf_counter() - t0
+        mark("first_output")
+        report["_first_output_monotonic"] = time.monotonic()
+        # the in-process part only: load_param + load_model + first inference
+        report["load_and_infer_s"] = (
+            report["load_param_s"] + report["load_model_s"] + report["infer_s"]
+        )
+        for name, _, path in outputs:
+            if path:
+                np.save(path, results[name])
+        mark("first_output_written")
+        report.update(cache_counters(opened))
+        report.update(memory_peaks(opened))
+        report["outputs"] = {
+            k: {  # an empty output (a detector that found nothing) has no mean
+                "shape": list(v.shape),
+                "mean": float(v.mean()) if v.size else None,
+                "checksum": float(v.sum()),
+            }
+            for k, v in results.items()
+        }
+    finally:
+        progress.close()
+        report.update(await close_net(opened, release=args.release_at_exit))
+    return report
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    with Progress.for_terminal(args.quiet) as progress:
+        report = asyncio.run(_run(args, progress))
+    report["clock"] = user_clock(report)
+
+    def text() -> None:
+        clock = report["clock"]
+        if clock["process_start_to_first_output_s"] is not None:
+            print(
+                f"first output  {clock['process_start_to_first_output_s'] * 1000:9.1f} ms "
+                "after the process started"
+            )
+        print(f"device        {report['device']['name']}")
+        print(
+            f"cache         {'loaded' if report['cache_loaded'] else 'cold'} "
+            f"({report['cache_reason']})"
+        )
+        print(f"load_param    {report['load_param_s'] * 1000:9.1f} ms")
+        print(
+            f"load_model    {report['load_model_s'] * 1000:9.1f} ms  "
+            f"({report['pipelines_created']} pipelines created, "
+            f"{report['spirv_compiled']} shaders compiled)"
+        )
+        print(f"inference     {report['infer_s'] * 1000:9.1f} ms")
+        rss, device = report["peak_host_rss_bytes"], report["device_memory_reserved_bytes"]
+        if rss is not None:
+            dev = f", device {device / 2**20:.0f} MiB reserved" if device is not None else ""
+            print(f"peak memory   host RSS {rss / 2**20:.0f} MiB{dev}")
+        for name, o in report["outputs"].items():
+            mean = "empty" if o["mean"] is None else f"mean {o['mean']:.6g}"
+            print(f"output {name}: shape {o['shape']} {mean}")
+
+    print_report(args, report, text)
+    return 0
+
+
+async def _bench(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    import statistics
+
+    import numpy as np
+
+    from ._runner import cache_counters, close_net, default_output, open_net, parse_input_shape
+
+    mark("imports_done")
+    shapes = [parse_input_shape(s) for s in args.shape]
+    if not shapes:
+        raise ValueError("bench needs at least one --shape NAME=C,H,W")
+    opened = await open_net(_config(args, progress))
+    report = opened.report
+    try:
+        net = opened.net
+        target = args.output or default_output(net)
+        rng = np.random.default_rng(0)
+        feeds = {n: rng.standard_normal(s, dtype=np.float32) for n, s in shapes}
+
+        async def once() -> float:
+            ex = net.create_extractor()
+            for n, a in feeds.items():
+                ex.input(n, a)
+            t = time.perf_counter()
+            await ex.extract(target)
+            return time.perf_counter() - t
+
+        with progress.step("first inference"):
+            report["first_infer_s"] = await once()
+        mark("first_output")
+        report["_first_output_monotonic"] = time.monotonic()
+        with progress.step("warm-up runs", args.warmup) as done:
+            for _ in range(args.warmup):
+                await once()
+                done()
+        times = []
+        with progress.step("timed runs", args.loops) as done:
+            for _ in range(args.loops):
+                times.append(await once())
+                done()
+        report["latency_ms"] = {
+            "min": min(times) * 1000,
+            "median": statistics.median(times) * 1000,
+            "max": max(times) * 1000,
+            "loops": args.loops,
+        }
+        report.update(cache_counters(opened))
+    finally:
+        progress.close()
+        report.update(await close_net(opened, release=args.release_at_exit))
+    return report
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    with Progress.for_terminal(args.quiet) as progress:
+        report = asyncio.run(_bench(args, progress))
+    report["clock"] = user_clock(report)
+
+    def text() -> None:
+        lat = report["latency_ms"]
+        first = report["clock"]["process_start_to_first_output_s"]
+        if first is not None:
+            print(f"first output {first * 1000:8.1f} ms after the process started")
+        print(f"device       {report['device']['name']}")
+        print(f"load_param   {report['load_param_s'] * 1000:8.1f} ms")
+        print(f"load_model   {report['load_model_s'] * 1000:8.1f} ms")
+        print(f"first infer  {report['first_infer_s'] * 1000:8.1f} ms")
+        print(
+            f"latency      min {lat['min']:.2f}  median {lat['median']:.2f}  "
+            f"max {lat['max']:.2f} ms over {lat['loops']} loops"
+        )
+
+    print_report(args, report, text)
+    return 0
+
+
+async def _warm(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    import numpy as np
+
+    from ._runner import cache_counters, close_net, default_output, open_net, parse_input_shape
+
+    if not args.cache and not args.cache_dir:
+        raise ValueError("cache warm needs --cache FILE or --cache-dir DIR --graph-key KEY")
+    shapes = [parse_input_shape(s) for s in args.shape]
+    opened = await open_net(_config(args, progress))
+    report = opened.report
+    try:
+        net = opened.net
+        if shapes:
+            ex = net.create_extractor()
+            for n, s in shapes:
+                ex.input(n, np.zeros(s, np.float32))
+            with progress.step("inference at the given shapes"):
+                await ex.extract(args.output or default_output(net))
+            report["warmed_shapes"] = {n: list(s) for n, s in shapes}
+        report.update(cache_counters(opened))
+    finally:
+        progress.close()
+        report.update(await close_net(opened, release=args.release_at_exit))
+    return report
+
+
+def cmd_cache_warm(args: argparse.Namespace) -> int:
+    import asyncio
+
+    with Progress.for_terminal(args.quiet) as progress:
+        report = asyncio.run(_warm(args, progress))
+
+    def text() -> None:
+        print(
+            f"built {report['pipelines_created']} pipelines "
+            f"({report['spirv_compiled']} shaders compiled) in "
+            f"{report['load_model_s'] * 1000:.1f} ms; saved: {report.get('cache_saved')}"
+        )
+
+    print_report(args, report, text)
+    return 0 if report.get("cache_saved", True) else 1
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ._runner import parse_input_shape
+    from ._server import run_server
+
+    if bool(args.cache_dir) != bool(args.graph_key):
+        raise ValueError("--cache-dir and --graph-key go together")
+    return run_server(
+        args.param,
+        args.bin,
+        host=args.host,
+        port=args.port,
+        cache_dir=args.cache_dir,
+        graph_key=args.graph_key,
+        device=args.device,
+        max_body=args.max_body,
+        warm_up=dict(parse_input_shape(s) for s in args.warm_up),
+        body_timeout=args.body_timeout,
+        stay_up_on_load_error=args.stay_up_on_load_error,
+        access_log=args.access_log,
+    )
