@@ -49,7 +49,7 @@ async def open_net(config: RunConfig) -> OpenNet:
     The param file is parsed before the device is asked for: a device opening on another
     thread (``asyncvk.cli`` starts one at its first line) has that long to finish.
     """
-    from .gpu import get_gpu_count, get_gpu_device
+    from .gpu import get_gpu_count
     from .shader import prepare_compiler
 
     report: dict[str, Any] = {"param": config.param, "model": config.model}
@@ -78,33 +78,7 @@ async def open_net(config: RunConfig) -> OpenNet:
     report["cache_loaded"] = False
     report["cache_reason"] = "no cache requested"
     if use_gpu:
-        device = get_gpu_device(config.device)
-        report["gpu_setup_s"] = time.perf_counter() - t0  # what this thread waited for
-        info = device.info
-        report["device"] = {
-            "name": info.device_name,
-            "driver": info.driver_name,
-            "driver_info": info.driver_info,
-            "type": info.type_name,
-        }
-        cache = PipelineCache(
-            device,
-            max_workers=config.compile_threads,
-            read_only=config.read_only,
-            must_hit=config.must_hit,
-        )
-        opt.pipeline_cache = cache
-        if config.cache_file:
-            t0 = time.perf_counter()
-            result = cache.load_cache(config.cache_file)
-            report["cache_load_s"] = time.perf_counter() - t0
-            report["cache_loaded"] = bool(result)
-            report["cache_reason"] = result.reason
-            report["cache_entries_used"] = result.entries_used
-            report["cache_entries_skipped"] = result.entries_skipped
-        elif config.cache_dir and config.graph_key:
-            opt.cache_dir = config.cache_dir
-            opt.graph_key = config.graph_key
+        cache = _open_gpu_cache(config, opt, report, t0)
     else:
         report["device"] = {"name": "cpu (numpy)", "driver": "", "type": "cpu"}
     t0 = time.perf_counter()
@@ -115,6 +89,43 @@ async def open_net(config: RunConfig) -> OpenNet:
         report["cache_reason"] = net.cache_status.get("reason", "")
     report["open_s"] = time.perf_counter() - start
     return OpenNet(net, cache, report, config)
+
+
+def _open_gpu_cache(
+    config: RunConfig, opt: Option, report: dict[str, Any], waited_since: float
+) -> PipelineCache:
+    """Open the device and its pipeline cache on ``opt``, loading the cache file when given;
+    timings and the device's names go into ``report``."""
+    from .gpu import get_gpu_device
+
+    device = get_gpu_device(config.device)
+    report["gpu_setup_s"] = time.perf_counter() - waited_since  # what this thread waited for
+    info = device.info
+    report["device"] = {
+        "name": info.device_name,
+        "driver": info.driver_name,
+        "driver_info": info.driver_info,
+        "type": info.type_name,
+    }
+    cache = PipelineCache(
+        device,
+        max_workers=config.compile_threads,
+        read_only=config.read_only,
+        must_hit=config.must_hit,
+    )
+    opt.pipeline_cache = cache
+    if config.cache_file:
+        t0 = time.perf_counter()
+        result = cache.load_cache(config.cache_file)
+        report["cache_load_s"] = time.perf_counter() - t0
+        report["cache_loaded"] = bool(result)
+        report["cache_reason"] = result.reason
+        report["cache_entries_used"] = result.entries_used
+        report["cache_entries_skipped"] = result.entries_skipped
+    elif config.cache_dir and config.graph_key:
+        opt.cache_dir = config.cache_dir
+        opt.graph_key = config.graph_key
+    return cache
 
 
 def cache_counters(opened: OpenNet) -> dict[str, Any]:

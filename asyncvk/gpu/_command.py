@@ -144,31 +144,7 @@ class CommandRecorder:
             )
         cb = self.command_buffer
         if buffers:
-            sets = self._descriptor_set(pipeline.set_layout)
-            dset = sets[0]
-            n = len(buffers)
-            infos = ffi.new(
-                "VkDescriptorBufferInfo[]", [(b.vk_buffer, b.offset, b.size) for b in buffers]
-            )
-            template = getattr(pipeline, "update_template", None)
-            if template is not None:
-                _vk.checked.vkUpdateDescriptorSetWithTemplate(
-                    self.device.handle, dset, template, infos
-                )
-            else:
-                writes = ffi.new("VkWriteDescriptorSet[]", n)
-                for i in range(n):
-                    w = writes[i]
-                    w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
-                    w.dstSet = dset
-                    w.dstBinding = i
-                    w.descriptorCount = 1
-                    w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-                    w.pBufferInfo = infos + i
-                _vk.checked.vkUpdateDescriptorSets(self.device.handle, n, writes, 0, ffi.NULL)
-            _vk.checked.vkCmdBindDescriptorSets(
-                cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL
-            )
+            self._bind_buffers(pipeline, buffers)
         _vk.checked.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
         if push:
             data = ffi.from_buffer(push)
@@ -177,6 +153,34 @@ class CommandRecorder:
             )
         _vk.checked.vkCmdDispatch(cb, max(1, groups[0]), max(1, groups[1]), max(1, groups[2]))
         self.dispatch_count += 1
+
+    def _bind_buffers(self, pipeline: DispatchablePipeline, buffers: Sequence[Buffer]) -> None:
+        """Write ``buffers`` to a fresh descriptor set as bindings 0..n-1 (through the
+        pipeline's update template when it has one) and bind that set."""
+        cb = self.command_buffer
+        sets = self._descriptor_set(pipeline.set_layout)
+        dset = sets[0]
+        n = len(buffers)
+        infos = ffi.new(
+            "VkDescriptorBufferInfo[]", [(b.vk_buffer, b.offset, b.size) for b in buffers]
+        )
+        template = getattr(pipeline, "update_template", None)
+        if template is not None:
+            _vk.checked.vkUpdateDescriptorSetWithTemplate(self.device.handle, dset, template, infos)
+        else:
+            writes = ffi.new("VkWriteDescriptorSet[]", n)
+            for i in range(n):
+                w = writes[i]
+                w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+                w.dstSet = dset
+                w.dstBinding = i
+                w.descriptorCount = 1
+                w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
+                w.pBufferInfo = infos + i
+            _vk.checked.vkUpdateDescriptorSets(self.device.handle, n, writes, 0, ffi.NULL)
+        _vk.checked.vkCmdBindDescriptorSets(
+            cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL
+        )
 
     def barrier(self) -> None:
         """Make every earlier shader or transfer write visible to every later read."""
