@@ -54,6 +54,14 @@ def same_pads(hpad: int, wpad: int, upper: bool) -> tuple[int, int, int, int]:
     return hpad - _half(hpad), _half(hpad), wpad - _half(wpad), _half(wpad)
 
 
+def same_pad_lead(size: int, kernel: int, dilation: int, stride: int, mode: int) -> int:
+    """The leading pad of ncnn's SAME_UPPER (-233) / SAME_LOWER (-234) split."""
+    extent = dilation * (kernel - 1) + 1
+    # ncnn: wpad = kernel_extent_w + (w - 1) / stride_w * stride_w - w
+    total = max(extent + (size - 1) // stride * stride - size, 0)
+    return total // 2 if mode == SAME_UPPER else total - total // 2
+
+
 def border(x: np.ndarray, top: int, bottom: int, left: int, right: int, value: float) -> np.ndarray:
     """ncnn's copy_make_border(BORDER_CONSTANT) on (c, h, w); negative sides crop."""
     if top == bottom == left == right == 0:

@@ -26,6 +26,8 @@ from ._registry import register_layer
 from ._schema import Param
 
 FLT_MAX = float(np.finfo(np.float32).max)
+#: C's FLT_MAX literal, the clip bounds' default in GPU specializations (the same float32).
+_GPU_FLT_MAX = 3.402823466e38
 _SIGMOID_CLAMP = np.float32(88.3762626647949)
 #: activation_type -> how many activation_params it reads (ncnn indexes them unchecked).
 _ACTIVATION_NPARAMS = {0: 0, 1: 0, 2: 1, 3: 2, 4: 0, 5: 0, 6: 2}
@@ -66,6 +68,21 @@ def validate_activation(activation_type: int, params: Sequence[float]) -> None:
             f"param 10 activation_params needs {need} values for activation_type "
             f"{activation_type}, got {len(params)}"
         )
+
+
+def gpu_activation(kind: int, values: tuple[float, ...]) -> tuple[int, float, float]:
+    """ncnn activation_type 9 and its params 10 as (type, a, b) for ``activation.h``."""
+    if kind == 2:
+        return (2, values[0] if values else 0.0, 0.0)
+    if kind == 3:
+        lo = values[0] if len(values) > 0 else -_GPU_FLT_MAX
+        hi = values[1] if len(values) > 1 else _GPU_FLT_MAX
+        return (3, lo, hi)
+    if kind == 6:
+        return (6, values[0] if values else 0.2, values[1] if len(values) > 1 else 0.5)
+    if kind not in (0, 1, 4, 5):
+        raise ValueError(f"activation_type {kind} is not supported")
+    return (kind, 0.0, 0.0)
 
 
 def fused_activation(x: np.ndarray, type: int, params: Sequence[float]) -> np.ndarray:

@@ -22,6 +22,7 @@ from ._geometry import (
     check_pads,
     chw_shape,
     im2col,
+    same_pad_lead,
     same_pads,
 )
 from ._gpu_api import (
@@ -36,7 +37,7 @@ from ._gpu_api import (
 from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS, MAX_KERNEL, MAX_PAD, MAX_STRIDE
 from ._registry import register_layer
 from ._schema import Param, floats
-from .activation import fused_activation, validate_activation
+from .activation import fused_activation, gpu_activation, validate_activation
 
 #: im2col columns made at once (elements): a large input is convolved in bands of rows.
 IM2COL_BUDGET = 1 << 24
@@ -47,22 +48,6 @@ _TILE_OX = 4  # output columns per invocation in convolution_tiled.comp
 #: 4-8x faster on lavapipe, where every per-lane load is a scalar loop; 1.5-9x slower on an
 #: H100, which wants one invocation per output for occupancy), "always" or "never" (benchmarks).
 TILED_SHADER = "cpu"
-_FLT_MAX = 3.402823466e38
-
-
-def gpu_activation(kind: int, values: tuple[float, ...]) -> tuple[int, float, float]:
-    """ncnn activation_type 9 and its params 10 as (type, a, b) for ``activation.h``."""
-    if kind == 2:
-        return (2, values[0] if values else 0.0, 0.0)
-    if kind == 3:
-        lo = values[0] if len(values) > 0 else -_FLT_MAX
-        hi = values[1] if len(values) > 1 else _FLT_MAX
-        return (3, lo, hi)
-    if kind == 6:
-        return (6, values[0] if values else 0.2, values[1] if len(values) > 1 else 0.5)
-    if kind not in (0, 1, 4, 5):
-        raise ValueError(f"activation_type {kind} is not supported")
-    return (kind, 0.0, 0.0)
 
 
 class ConvParams(Layer):
@@ -313,11 +298,11 @@ class Convolution(ConvParams):
         """(left, top): ncnn's SAME split of the total padding (negative totals count as 0)."""
         left, top = self.pad_left, self.pad_top
         if left in (SAME_UPPER, SAME_LOWER):
-            left = _same_pad(w, self.kernel_w, self.dilation_w, self.stride_w, left)
+            left = same_pad_lead(w, self.kernel_w, self.dilation_w, self.stride_w, left)
         if top in (SAME_UPPER, SAME_LOWER):
-            top = _same_pad(h, self.kernel_h, self.dilation_h, self.stride_h, top)
+            top = same_pad_lead(h, self.kernel_h, self.dilation_h, self.stride_h, top)
         elif self.pad_left in (SAME_UPPER, SAME_LOWER):
-            top = _same_pad(h, self.kernel_h, self.dilation_h, self.stride_h, self.pad_left)
+            top = same_pad_lead(h, self.kernel_h, self.dilation_h, self.stride_h, self.pad_left)
         return left, top
 
     def _tiled(self, info: GpuInfo) -> bool:
@@ -374,14 +359,6 @@ class Convolution(ConvParams):
         wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
         groups = capped_groups(wanted, ctx.info)
         ctx.dispatch("conv", blobs_and_weights(ctx, [source], [output]), push, groups)
-
-
-def _same_pad(size: int, kernel: int, dilation: int, stride: int, mode: int) -> int:
-    """The leading pad of ncnn's SAME_UPPER (-233) / SAME_LOWER (-234) split."""
-    extent = dilation * (kernel - 1) + 1
-    # ncnn: wpad = kernel_extent_w + (w - 1) / stride_w * stride_w - w
-    total = max(extent + (size - 1) // stride * stride - size, 0)
-    return total // 2 if mode == SAME_UPPER else total - total // 2
 
 
 @register_layer("ConvolutionDepthWise")

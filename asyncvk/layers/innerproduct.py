@@ -19,8 +19,7 @@ from ._gpu_api import (
 from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS
 from ._registry import register_layer
 from ._schema import Param, floats
-from .activation import fused_activation, validate_activation
-from .convolution import gpu_activation
+from .activation import fused_activation, gpu_activation, validate_activation
 
 
 @register_layer("InnerProduct")
