@@ -13,44 +13,44 @@ at shutdown, off the request path.
 
 A malformed or hostile request gets a 4xx with a one-line JSON message and leaves no traceback:
 a .npy body is checked against its header and the size limits before it is allocated
-(:mod:`asyncvk._input_limits`: 400 when they disagree, 413 when it is too large), a body that
-does not arrive whole within ``body_timeout`` is a 408, and a client that goes away mid-body is
-one debug line and a count in ``asyncvk_client_disconnects_total``, not an error. JSON has no
-NaN or Infinity: a JSON request holding them is a 400, and non-finite outputs are written as
-``null``, with their count in the reply's ``non_finite`` field.
+(:mod:`asyncvk._server_body`, :mod:`asyncvk._input_limits`: 400 when they disagree, 413 when it
+is too large), a body that does not arrive whole within ``body_timeout`` is a 408, and a client
+that goes away mid-body is one debug line and a count in ``asyncvk_client_disconnects_total``,
+not an error. JSON has no NaN or Infinity: a JSON request holding them is a 400, and non-finite
+outputs are written as ``null``, with their count in the reply's ``non_finite`` field.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import logging
 import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-from aiohttp import BodyPartReader, web
-from aiohttp.http_exceptions import HttpProcessingError, PayloadEncodingError
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ._errors import AsyncVkError, InputTooLargeError
-from ._input_limits import check_input_size, load_npy_bytes
+from ._input_limits import check_input_size
+from ._server_body import (
+    BODY_TIMEOUT,
+    BODY_TIMEOUT_KEY,
+    ClientGone,
+    RequestError,
+    encode_reply,
+    read_inputs,
+)
 from .net._net import Net
 from .net._option import Option
 
 log = logging.getLogger("asyncvk.serve")
-T = TypeVar("T")
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-JSON_LIMIT = 1 << 20  # values in a JSON request
-# json.loads holds the GIL even in a worker thread, so the JSON body size bounds the event loop's
-# stall (about 20 ms per MiB); bigger inputs belong in .npy, which parses without that cost.
-JSON_BODY_LIMIT = 4 << 20
-BODY_TIMEOUT = 30.0  # seconds for a whole request body (serve --body-timeout)
 
 
 class ServerState:
@@ -80,133 +80,10 @@ class ServerState:
 
 NET_KEY: web.AppKey[Net] = web.AppKey("net", Net)
 STATE_KEY: web.AppKey[ServerState] = web.AppKey("state", ServerState)
-BODY_TIMEOUT_KEY: web.AppKey[float] = web.AppKey("body_timeout", float)
-
-
-class RequestError(Exception):
-    """A client error: answered as ``{"error": message}`` with ``status``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ClientGone(Exception):
-    """The client closed the connection before its body arrived: nobody to answer."""
 
 
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
-
-
-async def _read(
-    request: web.Request, read: Callable[[], Awaitable[T]], what: str, deadline: float
-) -> T:
-    """``await read()`` for a body or a part, by ``deadline`` (the loop's clock); a body over
-    ``client_max_size`` is a 413 with a JSON message, not aiohttp's text."""
-    try:
-        async with asyncio.timeout_at(deadline):
-            return await read()
-    except web.HTTPRequestEntityTooLarge:
-        raise RequestError(
-            413, f"{what} over {request.client_max_size} bytes (server --max-body)"
-        ) from None
-    except TimeoutError:
-        timeout = request.app[BODY_TIMEOUT_KEY]
-        raise RequestError(
-            408, f"request body not received within {timeout:g} s (server --body-timeout)"
-        ) from None
-    except (ConnectionError, PayloadEncodingError) as exc:  # reset, or EOF before the end
-        raise ClientGone(f"{type(exc).__name__}: {exc}") from None
-    except HttpProcessingError as exc:  # a multipart part's malformed headers
-        raise RequestError(400, f"{what}: {' '.join(str(exc).split())}") from None
-
-
-class _NonFiniteJson(ValueError):
-    """NaN, Infinity or -Infinity: Python's json reads them, but they are not JSON."""
-
-
-def _no_constants(name: str) -> float:
-    raise _NonFiniteJson(f"JSON input holds {name}: JSON has no non-finite numbers (send .npy)")
-
-
-def _json_inputs(body: bytes) -> dict[str, np.ndarray]:
-    """Parse and convert off the event loop (bounded by JSON_BODY_LIMIT: it holds the GIL)."""
-    try:
-        raw = json.loads(body, parse_constant=_no_constants)["inputs"]
-        with np.errstate(over="ignore"):  # 1e39 becomes inf, refused below
-            inputs = {str(k): np.asarray(v, dtype=np.float32) for k, v in raw.items()}
-    except _NonFiniteJson:
-        raise
-    except RecursionError:
-        raise ValueError("JSON nested too deeply: expected arrays of up to 4 dims") from None
-    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
-        raise ValueError(f'expected JSON {{"inputs": {{"name": [...]}}}}: {exc}') from None
-    if sum(a.size for a in inputs.values()) > JSON_LIMIT:
-        raise ValueError(f"JSON inputs over {JSON_LIMIT} values: send .npy")
-    for name, array in inputs.items():
-        if not np.isfinite(array).all():
-            raise ValueError(f"JSON input {name!r} holds a number beyond float32's range")
-    return inputs
-
-
-def _encode(result: np.ndarray, output: str, encoding: str) -> tuple[bytes, str]:
-    """The reply body, off the event loop (a JSON reply still holds the GIL: use .npy for big).
-
-    JSON has no NaN or Infinity: non-finite outputs are written as ``null`` and counted in
-    ``non_finite``, so the reply always parses.
-    """
-    if encoding == "json":
-        finite = np.isfinite(result)
-        non_finite = int(finite.size - np.count_nonzero(finite))
-        values = result.tolist()
-        if non_finite:
-            cells = result.astype(object)
-            cells[~finite] = None
-            values = cells.tolist()
-        payload = {
-            "outputs": {output: values},
-            "shape": list(result.shape),
-            "non_finite": non_finite,
-        }
-        return json.dumps(payload, allow_nan=False).encode(), "application/json"
-    buf = io.BytesIO()
-    np.save(buf, result)
-    return buf.getvalue(), "application/x-npy"
-
-
-async def _inputs(request: web.Request, net: Net) -> tuple[dict[str, np.ndarray], str]:
-    """The request's inputs by blob name, and the reply encoding ("npy" or "json")."""
-    kind = request.content_type
-    deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
-    if kind == "application/x-npy":
-        names = net.input_names
-        if len(names) != 1:
-            raise ValueError(f"the model has inputs {names}: send multipart/form-data")
-        body = await _read(request, request.read, "request body", deadline)
-        return {names[0]: await asyncio.to_thread(load_npy_bytes, names[0], body, "body")}, "npy"
-    if kind == "multipart/form-data":
-        inputs: dict[str, np.ndarray] = {}
-        reader = await request.multipart()
-        while True:
-            part = await _read(request, reader.next, "a part", deadline)
-            if part is None:
-                break
-            if not isinstance(part, BodyPartReader) or part.name is None:
-                raise ValueError("each multipart part must be one .npy file named after an input")
-            data = await _read(request, part.read, "a part", deadline)
-            inputs[part.name] = await asyncio.to_thread(load_npy_bytes, part.name, data, "part")
-        return inputs, "npy"
-    if kind == "application/json":
-        body = await _read(request, request.read, "request body", deadline)
-        if len(body) > JSON_BODY_LIMIT:
-            raise RequestError(413, f"JSON bodies over {JSON_BODY_LIMIT} bytes: send .npy")
-        return await asyncio.to_thread(_json_inputs, body), "json"
-    raise RequestError(
-        415,
-        f"unsupported content type {kind!r}; use application/x-npy, "
-        "multipart/form-data or application/json",
-    )
 
 
 async def infer(request: web.Request) -> web.Response:
@@ -240,7 +117,7 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
     if output not in net.blob_index:
         return _error(400, f"unknown output {output!r} (outputs: {net.output_names})")
     try:
-        inputs, encoding = await _inputs(request, net)
+        inputs, encoding = await read_inputs(request, net)
         if not inputs:
             return _error(400, "no inputs in the request")
         ex = net.create_extractor()
@@ -261,7 +138,7 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
     except (AsyncVkError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         return _error(400, str(message))
-    body, kind = await asyncio.to_thread(_encode, result, output, encoding)
+    body, kind = await asyncio.to_thread(encode_reply, result, output, encoding)
     return web.Response(body=body, content_type=kind)
 
 
@@ -357,52 +234,67 @@ def create_app(
     app[STATE_KEY] = state
     app[BODY_TIMEOUT_KEY] = float(body_timeout)
 
-    async def load() -> None:
-        start = time.perf_counter()
-        log.info("loading %s and %s", param, model)
-        try:
-            await net.load_param(param)
-            await net.load_model(model)
-            if warm_up:
-                t0 = time.perf_counter()
-                await _warm_up(net, warm_up)
-                state.warm_up_seconds = time.perf_counter() - t0
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            state.error = f"{type(exc).__name__}: {exc}"
-            log.error("model failed to load: %s", state.error)
-            if exit_on_load_error:
-                state.exit_code = 1
-                log.error("shutting down (--stay-up-on-load-error keeps the server up instead)")
-                os.kill(os.getpid(), signal.SIGTERM)
-            return
-        state.load_seconds = time.perf_counter() - start
-        state.ready = True
-        log.info("ready in %.2f s (%s)", state.load_seconds, _cache_summary(net))
-
     async def on_startup(app: web.Application) -> None:
-        state.loading = asyncio.create_task(load())
-
-    async def on_cleanup(app: web.Application) -> None:
-        log.info("shutting down")
-        if state.loading is not None and not state.loading.done():
-            state.loading.cancel()
-            try:
-                await state.loading
-            except asyncio.CancelledError:
-                pass
-        await net.aclose()  # flushes the cache folder's save first
-        saved = (net.cache_status or {}).get("saved")
-        if saved:
-            log.info("pipeline cache saved to %s", saved)
+        state.loading = asyncio.create_task(
+            _load(net, state, param, model, warm_up, exit_on_load_error)
+        )
 
     app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
+    app.on_cleanup.append(_on_cleanup)
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/infer", infer)
     return app
+
+
+async def _load(
+    net: Net,
+    state: ServerState,
+    param: str,
+    model: str,
+    warm_up: Mapping[str, tuple[int, ...]] | None,
+    exit_on_load_error: bool,
+) -> None:
+    """The app's background load: the model, then the warm-up; a failure goes to ``/ready``
+    (and, with ``exit_on_load_error``, shuts the process down)."""
+    start = time.perf_counter()
+    log.info("loading %s and %s", param, model)
+    try:
+        await net.load_param(param)
+        await net.load_model(model)
+        if warm_up:
+            t0 = time.perf_counter()
+            await _warm_up(net, warm_up)
+            state.warm_up_seconds = time.perf_counter() - t0
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        state.error = f"{type(exc).__name__}: {exc}"
+        log.error("model failed to load: %s", state.error)
+        if exit_on_load_error:
+            state.exit_code = 1
+            log.error("shutting down (--stay-up-on-load-error keeps the server up instead)")
+            os.kill(os.getpid(), signal.SIGTERM)
+        return
+    state.load_seconds = time.perf_counter() - start
+    state.ready = True
+    log.info("ready in %.2f s (%s)", state.load_seconds, _cache_summary(net))
+
+
+async def _on_cleanup(app: web.Application) -> None:
+    """Shutdown: stop a load still running, then close the Net (its cache folder saves first)."""
+    state, net = app[STATE_KEY], app[NET_KEY]
+    log.info("shutting down")
+    if state.loading is not None and not state.loading.done():
+        state.loading.cancel()
+        try:
+            await state.loading
+        except asyncio.CancelledError:
+            pass
+    await net.aclose()  # flushes the cache folder's save first
+    saved = (net.cache_status or {}).get("saved")
+    if saved:
+        log.info("pipeline cache saved to %s", saved)
 
 
 def _cache_summary(net: Net) -> str:

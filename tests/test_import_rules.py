@@ -25,6 +25,7 @@ APPLICATION = {
     "_cli_run",
     "_cli_shapehint",
     "_server",
+    "_server_body",
     "_runner",
     "__main__",
     "__init__",
