@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from ._cli_report import mark, print_report, user_clock
@@ -46,17 +48,30 @@ def _refuse_unsafe_cache_target(path: str | None) -> None:
         raise ValueError(f"--cache {path}: {why}")
 
 
+@asynccontextmanager
+async def _opened(args: argparse.Namespace, progress: Progress) -> AsyncIterator[Any]:
+    """The Net the command asked for, with its report; on the way out the progress display
+    stops and the cache is saved (and the Net released when asked) into the report."""
+    from ._runner import close_net, open_net
+
+    opened = await open_net(_config(args, progress))
+    try:
+        yield opened
+    finally:
+        progress.close()
+        opened.report.update(await close_net(opened, release=args.release_at_exit))
+
+
 async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     import numpy as np
 
-    from ._runner import cache_counters, close_net, default_output, load_npy, memory_peaks, open_net
+    from ._runner import cache_counters, default_output, load_npy, memory_peaks
 
     mark("imports_done")
     inputs = [load_npy(s) for s in args.input]
     outputs = [s.partition("=") for s in args.output]
-    opened = await open_net(_config(args, progress))
-    report = opened.report
-    try:
+    async with _opened(args, progress) as opened:
+        report = opened.report
         net = opened.net
         names = [name for name, _, _ in outputs] or [default_output(net)]
         t0 = time.perf_counter()
@@ -88,9 +103,6 @@ async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
             }
             for k, v in results.items()
         }
-    finally:
-        progress.close()
-        report.update(await close_net(opened, release=args.release_at_exit))
     return report
 
 
@@ -137,15 +149,14 @@ async def _bench(args: argparse.Namespace, progress: Progress) -> dict[str, Any]
 
     import numpy as np
 
-    from ._runner import cache_counters, close_net, default_output, open_net, parse_input_shape
+    from ._runner import cache_counters, default_output, parse_input_shape
 
     mark("imports_done")
     shapes = [parse_input_shape(s) for s in args.shape]
     if not shapes:
         raise ValueError("bench needs at least one --shape NAME=C,H,W")
-    opened = await open_net(_config(args, progress))
-    report = opened.report
-    try:
+    async with _opened(args, progress) as opened:
+        report = opened.report
         net = opened.net
         target = args.output or default_output(net)
         rng = np.random.default_rng(0)
@@ -179,9 +190,6 @@ async def _bench(args: argparse.Namespace, progress: Progress) -> dict[str, Any]
             "loops": args.loops,
         }
         report.update(cache_counters(opened))
-    finally:
-        progress.close()
-        report.update(await close_net(opened, release=args.release_at_exit))
     return report
 
 
@@ -213,14 +221,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 async def _warm(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     import numpy as np
 
-    from ._runner import cache_counters, close_net, default_output, open_net, parse_input_shape
+    from ._runner import cache_counters, default_output, parse_input_shape
 
     if not args.cache and not args.cache_dir:
         raise ValueError("cache warm needs --cache FILE or --cache-dir DIR --graph-key KEY")
     shapes = [parse_input_shape(s) for s in args.shape]
-    opened = await open_net(_config(args, progress))
-    report = opened.report
-    try:
+    async with _opened(args, progress) as opened:
+        report = opened.report
         net = opened.net
         if shapes:
             ex = net.create_extractor()
@@ -230,9 +237,6 @@ async def _warm(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
                 await ex.extract(args.output or default_output(net))
             report["warmed_shapes"] = {n: list(s) for n, s in shapes}
         report.update(cache_counters(opened))
-    finally:
-        progress.close()
-        report.update(await close_net(opened, release=args.release_at_exit))
     return report
 
 
