@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -15,3 +16,15 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         env=dict(os.environ),
         timeout=timeout,
     )
+
+
+def run_args(model: Path) -> list[str]:
+    """``run`` on a test model folder with its reference input: the arguments after
+    ``asyncvk``, ready for more options."""
+    return [
+        "run",
+        str(model / "model.param"),
+        str(model / "model.bin"),
+        "--input",
+        f"in0={model / 'input.npy'}",
+    ]

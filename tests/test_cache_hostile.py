@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import cli
+from cli_runner import cli, run_args
 from conftest import IDENTITY
 
 from asyncvk import Net, Option
@@ -227,11 +227,7 @@ async def test_a_run_over_a_tampered_index_loads_and_is_right(
 
 def test_a_graph_key_that_starts_with_a_dash(tmp_path: Path) -> None:
     common = [
-        "run",
-        str(CUNET / "model.param"),
-        str(CUNET / "model.bin"),
-        "--input",
-        f"in0={CUNET / 'input.npy'}",
+        *run_args(CUNET),
         "--cache-dir",
         str(tmp_path / "c"),
     ]
@@ -251,11 +247,7 @@ def _run_cunet(cache_dir: Path, prefix: list[str]) -> subprocess.CompletedProces
         sys.executable,
         "-m",
         "asyncvk",
-        "run",
-        str(CUNET / "model.param"),
-        str(CUNET / "model.bin"),
-        "--input",
-        f"in0={CUNET / 'input.npy'}",
+        *run_args(CUNET),
         "--cache-dir",
         str(cache_dir),
         "--graph-key",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_runner import cli
+from cli_runner import cli, run_args
 from conftest import IDENTITY, identity_source
 
 from asyncvk import Net, Option, PipelineCache
@@ -49,11 +49,7 @@ def _tags(data: bytes) -> set[int]:
 
 def _run_with_cache(target: Path) -> subprocess.CompletedProcess[str]:
     return cli(
-        "run",
-        str(CUNET / "model.param"),
-        str(CUNET / "model.bin"),
-        "--input",
-        f"in0={CUNET / 'input.npy'}",
+        *run_args(CUNET),
         "--cache",
         str(target),
     )
@@ -315,11 +311,7 @@ async def test_tilde_is_expanded(
 def test_a_warm_run_that_built_nothing_new_writes_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "cache"
     args = [
-        "run",
-        str(CUNET / "model.param"),
-        str(CUNET / "model.bin"),
-        "--input",
-        f"in0={CUNET / 'input.npy'}",
+        *run_args(CUNET),
         "--cache-dir",
         str(folder),
         "--graph-key",

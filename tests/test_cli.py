@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from cli_runner import cli
+from cli_runner import cli, run_args
 
 M = Path(__file__).parent / "models" / "cunet"
 
@@ -14,11 +14,7 @@ M = Path(__file__).parent / "models" / "cunet"
 def test_run_reports_the_fields_and_writes_outputs(tmp_path: Path) -> None:
     out = tmp_path / "y.npy"
     proc = cli(
-        "run",
-        str(M / "model.param"),
-        str(M / "model.bin"),
-        "--input",
-        f"in0={M / 'input.npy'}",
+        *run_args(M),
         "--output",
         f"out0={out}",
         "--json",
@@ -45,11 +41,7 @@ def test_run_reports_the_fields_and_writes_outputs(tmp_path: Path) -> None:
 
 def test_cpu_path(tmp_path: Path) -> None:
     proc = cli(
-        "run",
-        str(M / "model.param"),
-        str(M / "model.bin"),
-        "--input",
-        f"in0={M / 'input.npy'}",
+        *run_args(M),
         "--cpu",
         "--json",
     )
@@ -91,11 +83,7 @@ def test_cache_warm_then_must_hit(tmp_path: Path) -> None:
     assert json.loads(warm.stdout)["cache_saved"]
     assert cli("cache", "verify", str(cache)).returncode == 0
     hit = cli(
-        "run",
-        str(M / "model.param"),
-        str(M / "model.bin"),
-        "--input",
-        f"in0={M / 'input.npy'}",
+        *run_args(M),
         "--cache",
         str(cache),
         "--must-hit",
@@ -105,11 +93,7 @@ def test_cache_warm_then_must_hit(tmp_path: Path) -> None:
     report = json.loads(hit.stdout)
     assert report["cache_loaded"] and report["spirv_compiled"] == 0
     miss = cli(
-        "run",
-        str(M / "model.param"),
-        str(M / "model.bin"),
-        "--input",
-        f"in0={M / 'input.npy'}",
+        *run_args(M),
         "--cache",
         str(tmp_path / "empty.vkcache"),
         "--must-hit",

@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from cli_runner import cli
+from cli_runner import cli, run_args
 
 M = Path(__file__).parent / "models" / "cunet"
-RUN = ["run", str(M / "model.param"), str(M / "model.bin"), "--input", f"in0={M / 'input.npy'}"]
+RUN = run_args(M)
 
 
 def test_the_clock_starts_with_the_process_not_with_an_import(tmp_path: Path) -> None:
