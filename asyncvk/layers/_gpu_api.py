@@ -41,22 +41,17 @@ def local_size_1d(info: GpuInfo) -> tuple[int, int, int]:
     return (min(64, info.limits.max_compute_workgroup_invocations), 1, 1)
 
 
-def fold_groups(count: int, info: GpuInfo | None) -> tuple[int, int, int]:
+def fold_groups(count: int, info: GpuInfo) -> tuple[int, int, int]:
     """``count`` workgroups as rows of at most the device's x limit (maxComputeWorkGroupCount).
 
     A shader reads its place back with ``workgroup_index_1d()`` / ``global_index_1d()``
-    (``shaders/index.h``) and bounds-checks it: the last row may run past ``count``. Without
-    ``info`` nothing is folded (the recorder then refuses a count over the limit)."""
+    (``shaders/index.h``) and bounds-checks it: the last row may run past ``count``."""
     count = max(1, count)
-    if info is None:
-        return (count, 1, 1)
     max_x = info.limits.max_compute_workgroup_count[0]
     return (min(count, max_x), -(-count // max_x), 1)
 
 
-def groups_1d(
-    n: int, local: tuple[int, int, int], info: GpuInfo | None = None
-) -> tuple[int, int, int]:
+def groups_1d(n: int, local: tuple[int, int, int], info: GpuInfo) -> tuple[int, int, int]:
     """Workgroups that cover ``n`` invocations of ``local``, folded to fit ``info``'s device
     (see :func:`fold_groups`: the shader must index with ``global_index_1d()``)."""
     return fold_groups(-(-n // local[0]), info)
