@@ -7,9 +7,7 @@ while the rest is imported (see ``asyncvk.cli``).
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
 from ._errors import AsyncVkError as AsyncVkError
 from ._errors import CacheMissError as CacheMissError
@@ -24,6 +22,7 @@ from ._errors import PipelineError as PipelineError
 from ._errors import ShaderCompileError as ShaderCompileError
 from ._errors import SpirvError as SpirvError
 from ._errors import VulkanError as VulkanError
+from ._lazy import lazy_attributes as _lazy_attributes
 from ._version import __version__ as __version__
 
 if _TYPE_CHECKING:
@@ -61,17 +60,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> _Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'asyncvk' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module, __name__), name)
-    globals()[name] = value  # the next read is a plain global
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = (

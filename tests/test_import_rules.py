@@ -14,8 +14,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "asyncvk"
 
-#: Leaf modules every part may import: the error tree and the version string.
-SHARED = {"_errors", "_version"}
+#: Leaf modules every part may import: the error tree, the lazy-attribute helper, the version.
+SHARED = {"_errors", "_lazy", "_version"}
 #: The application modules on top (CLI, server, runner): they may import any part but _vk.
 APPLICATION = {
     "cli",

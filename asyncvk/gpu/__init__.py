@@ -7,9 +7,9 @@ importing numpy, which ``gpu._device`` and ``gpu._memory`` users need.
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+
+from .._lazy import lazy_attributes as _lazy_attributes
 
 if _TYPE_CHECKING:
     from ._command import CommandRecorder as CommandRecorder
@@ -52,17 +52,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> _Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module, __name__), name)
-    globals()[name] = value  # the next read is a plain global
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = (
