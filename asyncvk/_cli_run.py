@@ -18,8 +18,7 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
 
     if getattr(args, "cache", None) and getattr(args, "cache_dir", None):
         raise ValueError("use either --cache FILE or --cache-dir DIR --graph-key KEY, not both")
-    if bool(getattr(args, "cache_dir", None)) != bool(getattr(args, "graph_key", None)):
-        raise ValueError("--cache-dir and --graph-key go together")
+    _check_cache_folder_args(args)
     _refuse_unsafe_cache_target(getattr(args, "cache", None))
     return RunConfig(
         param=args.param,
@@ -35,6 +34,12 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
         shape_hints=getattr(args, "shape_hints", False),
         progress=progress.counter("loading model") if progress else None,
     )
+
+
+def _check_cache_folder_args(args: argparse.Namespace) -> None:
+    """A cache folder is named by both ``--cache-dir`` and ``--graph-key``, or by neither."""
+    if bool(getattr(args, "cache_dir", None)) != bool(getattr(args, "graph_key", None)):
+        raise ValueError("--cache-dir and --graph-key go together")
 
 
 def _refuse_unsafe_cache_target(path: str | None) -> None:
@@ -261,8 +266,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ._runner import parse_input_shape
     from ._server import run_server
 
-    if bool(args.cache_dir) != bool(args.graph_key):
-        raise ValueError("--cache-dir and --graph-key go together")
+    _check_cache_folder_args(args)
     return run_server(
         args.param,
         args.bin,

@@ -187,3 +187,16 @@ def test_an_empty_output_is_reported_as_empty_in_strict_json(tmp_path: Path) -> 
     assert text.returncode == 0, text.stderr
     assert "output out0: shape [0] empty" in text.stdout
     assert "Warning" not in text.stderr
+
+
+def test_a_cache_folder_needs_both_its_dir_and_its_graph_key(tmp_path: Path) -> None:
+    folder = str(tmp_path / "c")
+    model = [str(M / "model.param"), str(M / "model.bin")]
+    for args in (
+        [*run_args(M), "--cache-dir", folder],
+        [*run_args(M), "--graph-key", "k"],
+        ["serve", *model, "--cache-dir", folder],
+    ):
+        proc = cli(*args)
+        assert proc.returncode != 0 and "--cache-dir and --graph-key go together" in proc.stderr
+        assert not (tmp_path / "c").exists()  # refused before anything is written
