@@ -1,6 +1,11 @@
 """Warm inference latency, asyncvk against the ``ncnn`` wheel on the same device, side by side.
 
-    python benchmarks/latency.py [--models a,b] [--loops 10] [--out FILE.json]
+    python benchmarks/latency.py [--models a,b] [--suite DIR [--suite-models a,b]]
+                                 [--loops 10] [--processes 1] [--compare-conv] [--out FILE.json]
+
+Models: ``tests/models`` (``--models``; ``--models ''`` for none) and, with ``--suite DIR``, the
+folders that ``benchmarks/suite_models.py`` made (ncnn's benchmark models with generated
+weights). Each folder's ``meta.json`` names the input and output blobs.
 
 Each model is loaded once per runtime, run three times to warm up, then timed over ``--loops``
 extractions (median, min, max in ms). asyncvk's shape-specialised plan is recorded on the first
@@ -8,7 +13,10 @@ run and replayed after, which is what "warm" means here.
 
 Every runtime runs in its own fresh process: measured on the H100, asyncvk's MobileNetV2 took
 2.5 ms alone but 6.4-8.6 ms in a process where the ncnn wheel had run first, so sharing a process
-would measure the neighbour, not the runtime.
+would measure the neighbour, not the runtime. With ``--processes N`` each runtime and model runs
+in N fresh processes, one after another: ``median_ms`` is then the median of the N processes'
+medians, ``process_medians_ms`` lists them and ``spread`` is (max - min) / min of them, how far
+one process's number can be trusted.
 """
 
 from __future__ import annotations
@@ -39,11 +47,25 @@ def _stats(times: list[float]) -> dict[str, float]:
     }
 
 
+def blob_names(d: Path) -> tuple[str, str]:
+    """(input blob, output blob) from the folder's ``meta.json``: tests/models and the suite's
+    folders both name them there."""
+    meta_path = d / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        return str(meta["input"]), str(meta["output"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(
+            f"{meta_path}: cannot read the input and output blob names: {exc}"
+        ) from exc
+
+
 def ncnn_latency(d: Path, loops: int) -> dict[str, Any]:
     try:
         import ncnn
     except ImportError:
         return {"error": "ncnn wheel not installed"}
+    in_name, out_name = blob_names(d)
     net = ncnn.Net()
     net.opt.use_vulkan_compute = ncnn.get_gpu_count() > 0
     net.load_param(str(d / "model.param"))
@@ -55,10 +77,13 @@ def ncnn_latency(d: Path, loops: int) -> dict[str, Any]:
     def once() -> float:
         t = time.perf_counter()
         ex = net.create_extractor()
-        ex.input("in0", x)
-        _, out = ex.extract("out0")
+        ex.input(in_name, x)
+        ret, out = ex.extract(out_name)
         np.array(out)
-        return time.perf_counter() - t
+        elapsed = time.perf_counter() - t
+        if ret != 0:
+            raise RuntimeError(f"{d}: ncnn extract({out_name!r}) returned {ret}")
+        return elapsed
 
     for _ in range(3):
         once()
@@ -66,6 +91,7 @@ def ncnn_latency(d: Path, loops: int) -> dict[str, Any]:
 
 
 async def asyncvk_latency(d: Path, loops: int, fp16: bool) -> dict[str, Any]:
+    in_name, out_name = blob_names(d)
     async with Net(Option(use_fp16_storage=fp16)) as net:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
@@ -74,8 +100,8 @@ async def asyncvk_latency(d: Path, loops: int, fp16: bool) -> dict[str, Any]:
         async def once() -> float:
             t = time.perf_counter()
             ex = net.create_extractor()
-            ex.input("in0", x)
-            await ex.extract("out0")
+            ex.input(in_name, x)
+            await ex.extract(out_name)
             return time.perf_counter() - t
 
         for _ in range(3):
@@ -98,22 +124,83 @@ def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
     return asyncio.run(asyncvk_latency(d, loops, variant == "asyncvk_fp16"))
 
 
-def _in_child(variant: str, d: Path, loops: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", variant, "--models", d.name, "--loops", str(loops)],
-        capture_output=True,
-        text=True,
-    )
+def _in_child(variant: str, d: Path, loops: int, timeout: float) -> dict[str, Any]:
+    argv = [sys.executable, __file__, "--child", variant, "--child-dir", str(d)]
+    try:
+        out = subprocess.run(
+            [*argv, "--loops", str(loops)], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
+def in_processes(
+    variant: str, d: Path, loops: int, processes: int, timeout: float
+) -> dict[str, Any]:
+    """One runtime on one model in ``processes`` fresh processes, one after another: the
+    median of their medians, each process's median, and their spread."""
+    runs = [_in_child(variant, d, loops, timeout) for _ in range(processes)]
+    good = [r for r in runs if "median_ms" in r]
+    errors = [r["error"] for r in runs if "error" in r]
+    if not good:
+        return {"error": errors[-1] if errors else "no process reported"}
+    medians = [r["median_ms"] for r in good]
+    result: dict[str, Any] = {
+        "median_ms": round(statistics.median(medians), 3),
+        "min_ms": min(r["min_ms"] for r in good),
+        "max_ms": max(r["max_ms"] for r in good),
+        "process_medians_ms": medians,
+        "spread": round((max(medians) - min(medians)) / min(medians), 3),
+    }
+    if "pipelines" in good[-1]:
+        result["pipelines"] = good[-1]["pipelines"]
+    if errors:
+        result["errors"] = errors
+    return result
+
+
+def _ratios(row: dict[str, Any]) -> None:
+    """asyncvk (and asyncvk fp16) median over ncnn's, where both ran."""
+    ncnn = row.get("ncnn", {}).get("median_ms")
+    for key, label in (
+        ("asyncvk", "asyncvk_over_ncnn"),
+        ("asyncvk_fp16", "asyncvk_fp16_over_ncnn"),
+    ):
+        ours = row.get(key, {}).get("median_ms")
+        if ncnn and ours is not None:
+            row[label] = round(ours / ncnn, 2)
+
+
+def _folders(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """(source, folder) for every model asked for, tests/models first, then the suite's."""
+    folders = [("tests/models", MODELS / m) for m in filter(None, args.models.split(","))]
+    if args.suite is not None:
+        if not args.suite.is_dir():
+            raise SystemExit(f"--suite {args.suite}: not a folder (make it with suite_models.py)")
+        wanted = set(filter(None, args.suite_models.split(",")))
+        found = sorted(d for d in args.suite.iterdir() if (d / "meta.json").exists())
+        missing = wanted - {d.name for d in found}
+        if missing:
+            raise SystemExit(f"--suite-models: {sorted(missing)} not in {args.suite}")
+        folders += [("suite", d) for d in found if not wanted or d.name in wanted]
+    for _, d in folders:
+        if not (d / "meta.json").exists():
+            raise SystemExit(f"{d}: no meta.json (not a model folder)")
+    return folders
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(model_names()))
+    parser.add_argument("--models", default=",".join(model_names()), help="tests/models names")
+    parser.add_argument("--suite", type=Path, default=None, help="suite_models.py's output")
+    parser.add_argument("--suite-models", default="", help="comma-separated (default: all)")
     parser.add_argument("--loops", type=int, default=10)
+    parser.add_argument("--processes", type=int, default=1, help="fresh processes per runtime")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
     parser.add_argument("--out", default=None)
     parser.add_argument(
         "--compare-conv",
@@ -121,35 +208,37 @@ def main(argv: list[str] | None = None) -> int:
         help="also time asyncvk with the other convolution shader (tiled / one output each)",
     )
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--child-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure_variant(args.child, MODELS / args.models, args.loops)))
+        print(json.dumps(measure_variant(args.child, args.child_dir, args.loops)))
         return 0
+    if args.loops < 1 or args.processes < 1:
+        parser.error("--loops and --processes must be at least 1")
+    folders = _folders(args)
     info = get_gpu_info()
     variants = VARIANTS if args.compare_conv else VARIANTS[:3]
-    rows = []
-    for name in args.models.split(","):
-        d = MODELS / name
-        row: dict[str, Any] = {"model": name}
-        for variant in variants:
-            key = variant
-            if variant == "asyncvk_tiled_conv":
-                key = f"asyncvk_tiled_conv_{'never' if info.is_cpu else 'always'}"
-            row[key] = _in_child(variant, d, args.loops)
-        if "median_ms" in row["ncnn"] and "median_ms" in row["asyncvk"]:
-            row["asyncvk_over_ncnn"] = round(
-                row["asyncvk"]["median_ms"] / row["ncnn"]["median_ms"], 2
-            )
-        rows.append(row)
-        print(json.dumps(row), file=sys.stderr)
-    report = {
+    report: dict[str, Any] = {
         "device": info.device_name,
         "driver": f"{info.driver_name} {info.driver_info}",
         "cpu_count": os.cpu_count(),
         "loops": args.loops,
-        "processes": "one fresh process per runtime and model",
-        "models": rows,
+        "processes": args.processes,
+        "isolation": "one fresh process per runtime, model and repeat",
+        "models": [],
     }
+    for source, d in folders:
+        row: dict[str, Any] = {"model": d.name, "source": source}
+        for variant in variants:
+            key = variant
+            if variant == "asyncvk_tiled_conv":
+                key = f"asyncvk_tiled_conv_{'never' if info.is_cpu else 'always'}"
+            row[key] = in_processes(variant, d, args.loops, args.processes, args.timeout)
+        _ratios(row)
+        report["models"].append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        if args.out:  # what is done so far survives a run cut short
+            Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     emit(report, args.out)
     return 0
 
