@@ -6,6 +6,7 @@ NaN planted in the weights comes out where ncnn's reference layers (src/layer/*.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import struct
@@ -13,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import anyio
 import numpy as np
 import pytest
 
@@ -676,9 +676,7 @@ async def test_nan_channel_matches_the_ncnn_wheel(tmp_path: Path, use_vulkan: bo
     out = tmp_path / "ncnn.npz"
     # a separate process: the wheel's Python binding can crash its host on misuse
     args = [sys.executable, "-c", _WHEEL_SCRIPT, *map(str, paths.values()), str(out)]
-    await anyio.to_thread.run_sync(
-        lambda: subprocess.run([*args, ",".join(names)], check=True, timeout=120)
-    )
+    await asyncio.to_thread(subprocess.run, [*args, ",".join(names)], check=True, timeout=120)
     wheel = np.load(out)
     ours = await run_net(param, weights, {"in0": x}, names, use_vulkan=use_vulkan)
     for name, y in zip(names, ours, strict=True):

@@ -14,13 +14,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "asyncvk"
 
-#: Leaf modules every part may import: the error tree, the lazy-attribute helper, the version.
-SHARED = {"_errors", "_lazy", "_version"}
+#: Leaf modules every part may import: the error tree, the lazy-attribute helper, the worker
+#: threads, the version.
+SHARED = {"_errors", "_lazy", "_threads", "_version"}
 #: The application modules on top (CLI, server, runner): they may import any part but _vk.
 APPLICATION = {
     "cli",
     "_cli_cache",
     "_cli_info",
+    "_cli_remote",
     "_cli_report",
     "_cli_run",
     "_cli_shapehint",

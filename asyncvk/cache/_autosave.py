@@ -17,8 +17,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import anyio
-
+from .._threads import run_sync
 from ._persist import SaveResult, save_cache
 from ._safe_fs import expand_path
 
@@ -79,7 +78,7 @@ class AutoSaver:
                 result = await self._save()
             else:
                 assert self.path is not None
-                result = await anyio.to_thread.run_sync(save_cache, self.cache, self.path)
+                result = await run_sync(save_cache, self.cache, self.path)
             self.last_result = result
             if result:
                 self.saves += 1

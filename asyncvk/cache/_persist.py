@@ -178,9 +178,9 @@ def save_cache(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult
 
 async def save_cache_async(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult:
     """``save_cache`` off the event loop; the lock and merge run in a worker thread."""
-    import anyio
+    from .._threads import run_sync
 
-    return await anyio.to_thread.run_sync(save_cache, cache, path)
+    return await run_sync(save_cache, cache, path)
 
 
 __all__ = (

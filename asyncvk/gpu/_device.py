@@ -16,11 +16,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import anyio
 import numpy as np
 
 from .. import _vk
 from .._errors import GpuTimeoutError
+from .._threads import run_sync
 from ._command import CommandRecorder
 from ._info import GpuInfo
 from ._instance import get_default_gpu_index, get_gpu_info, instance
@@ -77,7 +77,6 @@ class VulkanDevice:
         self._abandoned_fences: list[Any] = []
         #: Seconds a fence wait may take before GpuTimeoutError.
         self.fence_timeout_s = fence_timeout_from_env()
-        self._wait_limiter = anyio.CapacityLimiter(64)
         self.submissions = 0
         self.closed = False
 
@@ -182,7 +181,7 @@ class VulkanDevice:
         return buf
 
     async def upload(self, array: np.ndarray) -> Buffer:
-        return await anyio.to_thread.run_sync(self.upload_sync, array)
+        return await run_sync(self.upload_sync, array)
 
     def download_sync(
         self, buf: Buffer, shape: tuple[int, ...], dtype: Any = np.float32
@@ -207,7 +206,7 @@ class VulkanDevice:
     async def download(
         self, buf: Buffer, shape: tuple[int, ...], dtype: Any = np.float32
     ) -> np.ndarray:
-        return await anyio.to_thread.run_sync(self.download_sync, buf, shape, dtype)
+        return await run_sync(self.download_sync, buf, shape, dtype)
 
     # -- submission ------------------------------------------------------------------------
 
@@ -274,7 +273,7 @@ class VulkanDevice:
     async def run(self, recorder: CommandRecorder) -> None:
         """Submit and await completion without blocking the event loop."""
         fence = self.submit(recorder)
-        await anyio.to_thread.run_sync(self.wait, fence, limiter=self._wait_limiter)
+        await run_sync(self.wait, fence, fence_wait=True)
 
     # -- shutdown --------------------------------------------------------------------------
 

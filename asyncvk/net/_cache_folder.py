@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
+from .._threads import run_sync
 from ..cache._persist import SaveResult, merge_with_saved
 from ..cache._pipeline_cache import PipelineCache
 
@@ -50,17 +49,17 @@ class ModelCacheFolder:
         from ..cache._directory import CacheDirectory, model_fingerprint
 
         directory = CacheDirectory(path, read_only=cache.read_only)
-        fingerprint = await anyio.to_thread.run_sync(model_fingerprint, param_source, model_source)
+        fingerprint = await run_sync(model_fingerprint, param_source, model_source)
         folder = cls(directory, graph_key, fingerprint)
         identity = cache.device.info.identity
-        found = await anyio.to_thread.run_sync(directory.lookup, graph_key, identity, fingerprint)
+        found = await run_sync(directory.lookup, graph_key, identity, fingerprint)
         folder.status = {
             "loaded": False,
             "reason": found.reason,
             "stale_removed": found.stale_removed,
         }
         if found.data is not None:
-            result = await anyio.to_thread.run_sync(cache.load_cache, found.data)
+            result = await run_sync(cache.load_cache, found.data)
             folder.status.update(
                 loaded=bool(result),
                 reason=result.reason,
@@ -80,7 +79,7 @@ class ModelCacheFolder:
         def build(current: bytes | None) -> bytes:
             return merge_with_saved(cache, current)
 
-        path: Path | None = await anyio.to_thread.run_sync(
+        path: Path | None = await run_sync(
             self.directory.store,
             self.graph_key,
             cache.device.info.identity,

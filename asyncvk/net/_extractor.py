@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import anyio
 import numpy as np
 
+from .._threads import run_sync
 from ._graph import Graph
 from ._plan import needed_nodes, run_cpu_layer
 
@@ -90,4 +90,4 @@ async def _run_on_cpu(graph: Graph, inputs: dict[int, np.ndarray], target: int) 
                 host[t] = value
         return np.asarray(host[target], dtype=np.float32)
 
-    return await anyio.to_thread.run_sync(run)
+    return await run_sync(run)

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import anyio
 import numpy as np
 
+from .._threads import outlive, run_sync
 from ..cache._pipeline_cache import PipelineCache, await_shared
 from ..cache._spec import PipelineSpec
 from ..gpu._device import VulkanDevice
@@ -157,7 +157,7 @@ class GpuModel:
     ) -> None:
         """Await the pipelines (reporting nodes done) while the weights upload on a thread."""
         t0 = time.perf_counter()
-        upload = asyncio.ensure_future(anyio.to_thread.run_sync(self._upload_weights))
+        upload = asyncio.ensure_future(run_sync(self._upload_weights))
         try:
             pending: dict[int, int] = {}
             for bound, _key, _fut in futures:
@@ -187,11 +187,7 @@ class GpuModel:
             # the builds still running go on, owned by the cache; nobody awaits them
             if not upload.done():
                 upload.cancel()
-            with anyio.CancelScope(shield=True):
-                try:
-                    await upload
-                except BaseException:
-                    pass
+            await outlive(upload)
             raise
         self.load_times = GpuLoadTimes(pipelines_s, time.perf_counter() - t0)
 

@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
-import anyio
-
 from .._errors import ModelFormatError
+from .._threads import run_sync
 from ..cache._autosave import AutoSaver
 from ..cache._persist import SaveResult
 from ..cache._pipeline_cache import PipelineCache
@@ -103,9 +102,7 @@ class Net:
         self._prepare_compiler()
         import_layers()
         param_source = _read_source(source)
-        param = await anyio.to_thread.run_sync(
-            lambda: parse_param(param_source, known_types=layer_types())
-        )
+        param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)
         await self._retire_model()
         self._param_source = param_source
@@ -124,11 +121,11 @@ class Net:
         await self._retire_model()
         start = time.perf_counter()
         model_source = _read_source(source)
-        reader = await anyio.to_thread.run_sync(ModelBinReader.open, model_source)
-        self.graph = graph = await anyio.to_thread.run_sync(load_weights, self.graph, reader)
+        reader = await run_sync(ModelBinReader.open, model_source)
+        self.graph = graph = await run_sync(load_weights, self.graph, reader)
         read_s = time.perf_counter() - start
         # opening the device (100-200 ms on a discrete GPU's driver) must not block the loop
-        await anyio.to_thread.run_sync(self._setup_device)
+        await run_sync(self._setup_device)
         if self.cache is not None and self.use_vulkan:
             await self._open_cache_folder(self.cache, model_source)
             self.gpu_model = await GpuModel.load(graph, self.cache, self.opt, progress=progress)
@@ -268,7 +265,7 @@ class Net:
                     await self._autosaver.aclose()
             except Exception:  # a cache save never fails the caller
                 pass
-        await anyio.to_thread.run_sync(self.close)
+        await run_sync(self.close)
 
     async def __aenter__(self) -> Net:
         return self

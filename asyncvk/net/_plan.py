@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import anyio
 import numpy as np
 
 from .._errors import AsyncVkError
 from .._input_limits import check_plan_fits
+from .._threads import run_sync
 from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer, MemoryKind
 from ..layers._gpu_api import GpuBlob
@@ -303,7 +303,7 @@ class Plan:
             else:
                 node = step.node
                 args = [host[b] for b in node.bottoms]
-                outs = await anyio.to_thread.run_sync(run_cpu_layer, node, args)
+                outs = await run_sync(run_cpu_layer, node, args)
                 for t, value in zip(node.tops, outs, strict=True):
                     host[t] = value
         if self.target in host:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import anyio
-
+from .._threads import run_sync
 from ._plan import Plan, Shape
 
 #: (target blob, sorted (input blob, shape) pairs): what a plan was made for
@@ -55,7 +54,7 @@ class PlanPool:
                     break
                 await self._cond.wait()
             self._evict_other_shapes(key)
-        plan = await anyio.to_thread.run_sync(lambda: self._build(shapes, target))
+        plan = await run_sync(lambda: self._build(shapes, target))
         self.plans.setdefault(key, []).append(plan)
         return plan
 

@@ -1,0 +1,102 @@
+"""Worker threads awaited from asyncio (asyncvk._threads), and that a first result needs no anyio.
+
+Real threads, real cancellation; the last test runs a real model in a fresh process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from asyncvk._threads import outlive, run_sync
+
+MODELS = Path(__file__).parent / "models"
+
+
+async def test_result_exception_and_context_cross_the_thread() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("caller's")
+    assert await run_sync(lambda a, b: (a + b, var.get()), 2, 3) == (5, "caller's")
+    with pytest.raises(ZeroDivisionError):
+        await run_sync(lambda: 1 / 0)
+
+
+async def test_fence_waits_have_their_own_threads() -> None:
+    def name() -> str:
+        return threading.current_thread().name
+
+    assert (await run_sync(name)).startswith("asyncvk-worker")
+    assert (await run_sync(name, fence_wait=True)).startswith("asyncvk-fence")
+
+
+async def test_a_cancelled_caller_waits_for_its_thread_to_end() -> None:
+    """Whatever the call uses must not be freed while it runs: the cancellation waits."""
+    started, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def blocking() -> None:
+        started.set()
+        release.wait(10)
+        ended.set()
+
+    task = asyncio.ensure_future(run_sync(blocking))
+    await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    assert not task.done(), "the cancellation went on while the thread still ran"
+    task.cancel()  # a second cancellation does not cut the wait short either
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ended.is_set()
+
+
+async def test_outlive_waits_through_cancellations_and_drops_the_outcome() -> None:
+    release = threading.Event()
+
+    def fails() -> None:
+        release.wait(10)
+        raise RuntimeError("dropped")
+
+    work = asyncio.ensure_future(run_sync(fails))
+    waiter = asyncio.ensure_future(outlive(work))
+    await asyncio.sleep(0.02)
+    waiter.cancel()
+    await asyncio.sleep(0.02)
+    assert not waiter.done(), "outlive returned before the work ended"
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert work.done()
+
+
+def test_a_first_result_never_imports_anyio() -> None:
+    """anyio's asyncio backend cost 20-50 ms of start-up; the path to a first output has none."""
+    model = MODELS / "squeezenet"
+    script = f"""
+import asyncio, sys
+import numpy as np
+from asyncvk import Net
+
+async def main():
+    async with Net() as net:
+        await net.load_param({str(model / "model.param")!r})
+        await net.load_model({str(model / "model.bin")!r})
+        ex = net.create_extractor()
+        ex.input("in0", np.load({str(model / "input.npy")!r}))
+        await ex.extract("out0")
+
+asyncio.run(main())
+print(sorted(m for m in sys.modules if m.split(".")[0] == "anyio"))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
