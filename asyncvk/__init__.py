@@ -19,6 +19,7 @@ from ._errors import ModelFormatError as ModelFormatError
 from ._errors import NoDeviceError as NoDeviceError
 from ._errors import OutOfDeviceMemoryError as OutOfDeviceMemoryError
 from ._errors import PipelineError as PipelineError
+from ._errors import ProfilingUnsupportedError as ProfilingUnsupportedError
 from ._errors import ShaderCompileError as ShaderCompileError
 from ._errors import SpirvError as SpirvError
 from ._errors import VulkanError as VulkanError
@@ -88,6 +89,7 @@ __all__ = (
     "NoDeviceError",
     "OutOfDeviceMemoryError",
     "PipelineError",
+    "ProfilingUnsupportedError",
     "ShaderCompileError",
     "SpirvError",
     "VulkanError",

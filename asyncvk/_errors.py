@@ -12,6 +12,7 @@
     ├── SpirvError                    SPIR-V words that cannot be reflected (attribute: offset)
     ├── PipelineError                 a pipeline request that cannot be served (bad spec count)
     ├── CacheMissError                must-hit mode saw a pipeline that had to be compiled
+    ├── ProfilingUnsupportedError     the device's queue cannot write GPU timestamps
     ├── ModelFormatError              a malformed .param/.bin (attributes: file, line, layer)
     └── InputError                    an input that cannot be used as given (also a ValueError)
         └── InputTooLargeError        its bytes, or its plan's, are over a limit (nbytes, limit)
@@ -87,6 +88,10 @@ class PipelineError(AsyncVkError):
 
 class CacheMissError(AsyncVkError):
     """Raised in must-hit mode when a pipeline or shader had to be built cold."""
+
+
+class ProfilingUnsupportedError(AsyncVkError):
+    """Dispatch profiling asked of a device whose compute queue writes no timestamps."""
 
 
 class ModelFormatError(AsyncVkError):

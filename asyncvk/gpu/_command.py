@@ -84,6 +84,7 @@ class CommandRecorder:
         _vk.api.vkBeginCommandBuffer(self.command_buffer, vk.VkCommandBufferBeginInfo(flags=flags))
         self.finished = False
         self.dispatch_count = 0
+        self.barrier_count = 0
         #: maxComputeWorkGroupCount: a dispatch over it is undefined behaviour, never recorded.
         self._max_groups = tuple(device.info.limits.max_compute_workgroup_count)
         self._released = False
@@ -184,6 +185,7 @@ class CommandRecorder:
 
     def barrier(self) -> None:
         """Make every earlier shader or transfer write visible to every later read."""
+        self.barrier_count += 1
         _vk.checked.vkCmdPipelineBarrier(
             self.command_buffer,
             _BARRIER_SRC_STAGES,

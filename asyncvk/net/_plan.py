@@ -30,6 +30,7 @@ from ._graph import Graph, GraphNode
 from ._plan_memory import assign_offsets, live_ranges
 
 if TYPE_CHECKING:  # a GpuModel makes plans: at run time this module needs only its attributes
+    from ..gpu._pipeline import PipelineArtifact
     from ._gpu_model import BoundNode, GpuModel
 
 Shape = tuple[int, ...]
@@ -73,10 +74,21 @@ class _Context:
         bufs = [b.buffer if isinstance(b, GpuBlob) else b for b in buffers]
         baked = self._node.baked.get((pipeline, bytes(push))) if self._node.baked else None
         if baked is not None:  # these exact push constants are the pipeline's constants
-            self._rec.dispatch(baked, bufs, b"", groups)
+            self._dispatch_into(pipeline, baked, bufs, b"", groups)
             self._plan.baked_dispatches += 1
             return
-        self._rec.dispatch(self._node.pipelines[pipeline], bufs, push, groups)
+        self._dispatch_into(pipeline, self._node.pipelines[pipeline], bufs, push, groups)
+
+    def _dispatch_into(
+        self,
+        key: str,
+        artifact: PipelineArtifact,
+        buffers: list[Buffer],
+        push: bytes,
+        groups: tuple[int, int, int],
+    ) -> None:
+        """Record one dispatch of the layer's pipeline ``key`` (a profiling plan times it)."""
+        self._rec.dispatch(artifact, buffers, push, groups)
 
     def weight(self, name: str) -> Buffer:
         return self._node.weights[name]
@@ -261,7 +273,7 @@ class Plan:
                 continue
             inputs = [self._blob(b) for b in node.bottoms]
             outputs = [self._blob(t) for t in node.tops]
-            gpu.gpu_layer.record(_Context(self, gpu, rec), inputs, outputs)
+            gpu.gpu_layer.record(self._context(gpu, rec), inputs, outputs)
             rec.barrier()
         if not host_visible:
             for t in segment.download:
@@ -271,6 +283,10 @@ class Plan:
                 self._readback[t] = readback
                 rec.copy(view, readback)
             rec.barrier()
+
+    def _context(self, node: BoundNode, recorder: CommandRecorder) -> _Context:
+        """What ``node``'s layer records through (a profiling plan gives its own)."""
+        return _Context(self, node, recorder)
 
     def _blob(self, blob: int) -> GpuBlob:
         return GpuBlob(self._views[self.root.get(blob, blob)], self.shapes[blob])
