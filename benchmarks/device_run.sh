@@ -33,6 +33,12 @@ for what in "$@"; do
     pipelines64) python3 benchmarks/pipeline_creation.py --pipelines 64 --threads 16 | tee "$OUT/pipeline_creation_h100_64.json" ;;
     accuracy) python3 benchmarks/model_accuracy.py | tee "$OUT/model_accuracy_h100.json" | head -c 1500; python3 benchmarks/model_accuracy.py --fp16 > "$OUT/model_accuracy_h100_fp16.json" ;;
     latency) python3 benchmarks/latency.py --loops 20 --compare-conv --out "$OUT/latency_h100.json" 2>&1 | grep '^{"model"' | cut -c1-600 ;;
+    suitelatency)  # ncnn's 27 benchmark models (made by the suite step if missing), 1 process each
+      [ -d /tmp/suite ] || python3 benchmarks/suite_models.py --out /tmp/suite >"$OUT/suite_models.log" 2>&1
+      python3 benchmarks/latency.py --models '' --suite /tmp/suite --loops 20 --processes 1 --out "$OUT/latency_suite_h100.json" 2>&1 | grep '^{"model"' | cut -c1-300 ;;
+    dispatchprofile)  # GPU time per dispatch: every tests/models model and the suite's
+      [ -d /tmp/suite ] || python3 benchmarks/suite_models.py --out /tmp/suite >"$OUT/suite_models.log" 2>&1
+      python3 benchmarks/dispatch_profile.py --suite /tmp/suite --loops 20 --out "$OUT/dispatch_profile_h100.json" 2>&1 | grep '^{"model"' | cut -c1-200 ;;
     threads) python3 benchmarks/compile_threads.py --runs 3 --out "$OUT/compile_threads_h100.json" 2>&1 | grep '^{"model"' | cut -c1-400 ;;
     tests) python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu.py tests/test_pipeline_cache.py 2>&1 | tail -5 ;;
     coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_h100.json" ;;

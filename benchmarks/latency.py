@@ -193,6 +193,17 @@ def _folders(args: argparse.Namespace) -> list[tuple[str, Path]]:
     return folders
 
 
+def _brief(row: dict[str, Any]) -> dict[str, Any]:
+    """One short line per model while the run goes on: each runtime's median (or error)."""
+    brief: dict[str, Any] = {"model": row["model"]}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            brief[key] = value.get("median_ms", value.get("error", "")[:120])
+        elif key.endswith("_over_ncnn"):
+            brief[key] = value
+    return brief
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(model_names()), help="tests/models names")
@@ -236,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             row[key] = in_processes(variant, d, args.loops, args.processes, args.timeout)
         _ratios(row)
         report["models"].append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)
+        print(json.dumps(_brief(row)), file=sys.stderr, flush=True)
         if args.out:  # what is done so far survives a run cut short
             Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     emit(report, args.out)
