@@ -53,6 +53,17 @@ for what in "$@"; do
     coldvariants)  # .variants/NAME/asyncvk: earlier versions, compared in the same run
       args=(); for v in .variants/*/; do n=$(basename "$v"); cp asyncvk/shader/_shaderc_cffi*.so "$v/asyncvk/shader/"; python3 -m compileall -q "$v" >/dev/null; args+=(--variant "$n=$PWD/$v"); done
       python3 benchmarks/cold_start.py --runs "${RUNS:-3}" "${args[@]}" --variant "now=$PWD" --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 1500 "$OUT/cold_start_h100.json" ;;
+    cleanvenv)  # later steps in a venv as a user's: the image's site-packages, whose numba .pth
+      # costs 42 ms of every interpreter start (-X importtime, 2026-11-23), left out; both
+      # runtimes' processes start in it
+      python3 -m venv --without-pip /tmp/venv
+      sp=$(python3 -c 'import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))')
+      for p in numpy numpy.libs anyio sniffio idna typing_extensions.py; do
+        [ -e "$sp/$p" ] && cp -r "$sp/$p" /tmp/site/
+      done
+      python3 -m compileall -q -j 0 /tmp/site >/dev/null 2>&1
+      export PATH=/tmp/venv/bin:$PATH
+      python3 -c 'import sys, numpy, ncnn, vulkan; print("clean venv:", sys.prefix)' ;;
     *) echo "unknown step $what" ;;
   esac
 done

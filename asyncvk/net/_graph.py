@@ -24,12 +24,6 @@ from ._modelbin import ModelBinReader
 from ._param_parser import FEATMASK_ID, ParamFile, model_error
 
 
-def import_layers() -> None:
-    """Register every layer type. Imported on first use (about 60 ms), so importing the
-    package (the CLI's start, ``shapehint``, ``cache`` commands) does not pay for it."""
-    from ..layers import _all  # noqa: F401
-
-
 @dataclass(frozen=True, eq=False)
 class GraphNode:
     """One layer line: the layer object and its blobs as indices into the blob table."""
@@ -78,7 +72,6 @@ class Graph:
 
 def build_graph(param: ParamFile) -> Graph:
     """A Graph with a fresh layer per line of ``param`` (params read, no weights)."""
-    import_layers()
     blob_index = {name: i for i, name in enumerate(param.blob_names)}
     producer: dict[int, int] = {}
     nodes: list[GraphNode] = []

@@ -27,7 +27,7 @@ from ..shader._compiler import prepare_compiler
 from ._cache_folder import ModelCacheFolder, ModelSource
 from ._extractor import Extractor as Extractor
 from ._gpu_model import GpuModel, Progress
-from ._graph import Graph, GraphNode, build_graph, import_layers, load_weights
+from ._graph import Graph, GraphNode, build_graph, load_weights
 from ._modelbin import ModelBinReader
 from ._option import Option
 from ._param_parser import parse_param
@@ -100,7 +100,6 @@ class Net:
         """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
         start = time.perf_counter()
         self._prepare_compiler()
-        import_layers()
         param_source = _read_source(source)
         param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)

@@ -26,7 +26,7 @@ from ..layers._gpu_layer import GpuLayer
 from ..layers._paramdict import ParamValue
 from ..layers._registry import layer_class
 from ..shader._options import ShaderOptions
-from ._graph import Graph, import_layers
+from ._graph import Graph
 from ._param_parser import SHAPE_HINTS_ID, ParamFile, parse_param_text
 
 Shape = tuple[int, ...]
@@ -72,7 +72,6 @@ def infer_shapes(param: ParamFile, inputs: Mapping[str, Shape]) -> dict[str, Sha
     Input blobs not in ``inputs`` take their Input layer's own shape params, if any. A layer
     whose input shapes are unknown, or whose shape rule refuses them, leaves its tops unknown.
     """
-    import_layers()
     unknown = sorted(set(inputs) - set(param.input_names))
     if unknown:
         raise ValueError(

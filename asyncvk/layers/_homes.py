@@ -1,0 +1,49 @@
+"""Which family module implements each ncnn layer type, so that loading a model imports only
+the families it uses (all 22 cost 15-25 ms of a process's start on the H100, 2026-11-23).
+
+``tests/test_layer_schema.py`` checks this table against what the modules register.
+"""
+
+from __future__ import annotations
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "activation": (
+        "Clip",
+        "Dropout",
+        "ELU",
+        "GELU",
+        "HardSigmoid",
+        "HardSwish",
+        "Mish",
+        "Noop",
+        "ReLU",
+        "Sigmoid",
+        "Swish",
+        "TanH",
+        "UnaryOp",
+    ),
+    "attention": ("MultiHeadAttention", "SDPA"),
+    "binary": ("BinaryOp", "Eltwise"),
+    "borders": ("Crop", "Padding"),
+    "convolution": ("Convolution", "ConvolutionDepthWise"),
+    "data_movement": ("Concat", "Permute", "PixelShuffle", "ShuffleChannel", "Slice", "Split"),
+    "deconvolution": ("Deconvolution", "DeconvolutionDepthWise"),
+    "detection": ("DetectionOutput", "PriorBox"),
+    "elementwise_math": ("Exp", "Log", "Power", "Threshold"),
+    "gridsample": ("GridSample",),
+    "innerproduct": ("InnerProduct",),
+    "inputs": ("Input", "MemoryData"),
+    "layers_1d": ("Convolution1D", "Pooling1D"),
+    "matmul": ("Gemm", "MatMul"),
+    "normalization": ("BatchNorm", "Bias", "PReLU", "Scale"),
+    "norms": ("GroupNorm", "InstanceNorm", "LRN", "LayerNorm", "RMSNorm"),
+    "pooling": ("Pooling",),
+    "reduction": ("Reduction", "Softmax"),
+    "resample": ("Interp",),
+    "reshape": ("Flatten", "Reshape"),
+    "shape_ops": ("Cast", "ExpandDims", "Squeeze", "Tile"),
+    "yolo": ("YoloDetectionOutput", "Yolov3DetectionOutput"),
+}
+
+#: ncnn type name -> the module of asyncvk.layers that registers it.
+HOME: dict[str, str] = {t: family for family, types in FAMILIES.items() for t in types}
