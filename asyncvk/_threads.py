@@ -70,7 +70,7 @@ async def outlive(awaitable: Awaitable[Any]) -> None:
             await asyncio.shield(future)
         except asyncio.CancelledError:
             cancelled = cancelled or not future.done()  # ours, not its own end
-        except Exception:  # noqa: S112 - its own failure: the caller is told of another
+        except Exception:  # its own failure: dropped, the caller is told of another
             continue
     if not future.cancelled():
         future.exception()  # mark it retrieved: the outcome is deliberately dropped
