@@ -20,6 +20,7 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
         raise ValueError("use either --cache FILE or --cache-dir DIR --graph-key KEY, not both")
     _check_cache_folder_args(args)
     _refuse_unsafe_cache_target(getattr(args, "cache", None))
+    _check_remote_cache_arg(args)
     return RunConfig(
         param=args.param,
         model=args.bin,
@@ -32,6 +33,7 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
         compile_threads=getattr(args, "compile_threads", None),
         must_hit=getattr(args, "must_hit", False),
         shape_hints=getattr(args, "shape_hints", False),
+        remote_cache=getattr(args, "remote_cache", None),
         progress=progress.counter("loading model") if progress else None,
     )
 
@@ -40,6 +42,15 @@ def _check_cache_folder_args(args: argparse.Namespace) -> None:
     """A cache folder is named by both ``--cache-dir`` and ``--graph-key``, or by neither."""
     if bool(getattr(args, "cache_dir", None)) != bool(getattr(args, "graph_key", None)):
         raise ValueError("--cache-dir and --graph-key go together")
+
+
+def _check_remote_cache_arg(args: argparse.Namespace) -> None:
+    """A malformed ``--remote-cache`` URL is refused before any work is done."""
+    url = getattr(args, "remote_cache", None)
+    if url:
+        from .cache._remote_store import parse_remote_url
+
+        parse_remote_url(url, where="--remote-cache")
 
 
 def _refuse_unsafe_cache_target(path: str | None) -> None:
@@ -267,6 +278,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ._server import run_server
 
     _check_cache_folder_args(args)
+    _check_remote_cache_arg(args)
     return run_server(
         args.param,
         args.bin,
@@ -274,6 +286,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         cache_dir=args.cache_dir,
         graph_key=args.graph_key,
+        remote_cache=args.remote_cache,
         device=args.device,
         max_body=args.max_body,
         warm_up=dict(parse_input_shape(s) for s in args.warm_up),

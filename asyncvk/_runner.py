@@ -32,6 +32,8 @@ class RunConfig:
     read_only: bool = False
     must_hit: bool = False
     shape_hints: bool = False
+    #: a remote cache URL (None: ``ASYNCVK_REMOTE_CACHE``)
+    remote_cache: str | None = None
     progress: Callable[[int, int], None] | None = None
 
 
@@ -66,6 +68,7 @@ async def open_net(config: RunConfig) -> OpenNet:
         use_fp16_arithmetic=False,
         use_shape_hints=config.shape_hints,
         num_compile_threads=config.compile_threads,
+        remote_cache=config.remote_cache,
     )
     net = Net(opt)
     t0 = time.perf_counter()
@@ -175,7 +178,8 @@ async def close_net(opened: OpenNet, *, save: bool = True, release: bool = True)
     cache = opened.cache
     t0 = time.perf_counter()
     if save and cache is not None and opened.config.cache_file and not opened.config.read_only:
-        if opened.report.get("cache_loaded") and built_nothing_new(cache):
+        from_remote = (opened.net.remote_status or {}).get("hits", 0)
+        if opened.report.get("cache_loaded") and built_nothing_new(cache) and not from_remote:
             report["cache_saved"] = False
             report["cache_save_reason"] = "nothing new since the file was loaded"
         else:
@@ -186,9 +190,11 @@ async def close_net(opened: OpenNet, *, save: bool = True, release: bool = True)
         await opened.net.flush_cache()  # the cache folder's save, if one is pending
     report["cache_save_s"] = time.perf_counter() - t0
     if release:
-        await opened.net.aclose()
+        await opened.net.aclose()  # waits for the remote tier's push first
         if cache is not None:
             await cache.aclose()
+    if opened.net.remote_status is not None:
+        report["remote_cache"] = opened.net.remote_status
     return report
 
 

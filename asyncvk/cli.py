@@ -20,6 +20,7 @@ from typing import NoReturn, TypeAlias
 
 from ._cli_cache import cmd_cache_inspect, cmd_cache_ls, cmd_cache_prune, cmd_cache_verify
 from ._cli_info import cmd_info, cmd_layers
+from ._cli_remote import cmd_cache_pull, cmd_cache_push
 from ._cli_report import mark
 from ._cli_run import cmd_bench, cmd_cache_warm, cmd_run, cmd_serve
 from ._cli_shapehint import cmd_shapehint
@@ -66,6 +67,7 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
         p.add_argument("--cache", metavar="FILE", help="pipeline cache file to load and save")
         p.add_argument("--cache-dir", metavar="DIR", help="managed cache folder")
         p.add_argument("--graph-key", metavar="KEY", help="model key inside --cache-dir")
+        _remote_cache_arg(p)
     p.add_argument("--device", type=int, default=None, help="Vulkan device index")
     p.add_argument("--cpu", action="store_true", help="run on the CPU (numpy) path")
     p.add_argument("--fp16", action="store_true", help="fp16 storage where supported")
@@ -81,6 +83,16 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--quiet", action="store_true", help="no progress bars (they show only on a terminal)"
+    )
+
+
+def _remote_cache_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--remote-cache",
+        metavar="URL",
+        default=None,
+        help="shared pipeline cache behind the local one, redis://HOST:PORT/DB "
+        "(default: $ASYNCVK_REMOTE_CACHE; signing key: $ASYNCVK_REMOTE_CACHE_KEY)",
     )
 
 
@@ -183,6 +195,7 @@ def _add_serve_command(sub: _Subparsers) -> None:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--cache-dir", metavar="DIR")
     serve.add_argument("--graph-key", metavar="KEY")
+    _remote_cache_arg(serve)
     serve.add_argument("--device", type=int, default=None)
     serve.add_argument("--max-body", type=int, default=64 << 20, help="bytes per request")
     serve.add_argument(
@@ -216,7 +229,7 @@ def _add_serve_command(sub: _Subparsers) -> None:
 
 
 def _add_cache_commands(sub: _Subparsers) -> None:
-    """``cache warm / inspect / verify / ls / prune``."""
+    """``cache warm / inspect / verify / ls / prune / push / pull``."""
     cache = sub.add_parser("cache", help="pipeline cache files and folders")
     csub = cache.add_subparsers(dest="cache_command", required=True)
     warm = csub.add_parser("warm", help="build every pipeline and save the cache")
@@ -243,6 +256,16 @@ def _add_cache_commands(sub: _Subparsers) -> None:
     prune.add_argument("--max-bytes", type=int, default=None)
     prune.add_argument("--json", action="store_true")
     prune.set_defaults(func=cmd_cache_prune)
+    for name, func, help_text in (
+        ("push", cmd_cache_push, "write FILE's entries and driver blob to a remote cache"),
+        ("pull", cmd_cache_pull, "merge what a remote cache holds for this device into FILE"),
+    ):
+        remote = csub.add_parser(name, help=help_text)
+        remote.add_argument("file")
+        remote.add_argument("--remote", required=True, metavar="URL", help="redis://HOST:PORT/DB")
+        remote.add_argument("--device", type=int, default=None)
+        remote.add_argument("--json", action="store_true")
+        remote.set_defaults(func=func)
 
 
 #: Commands that load a model on the GPU: their device starts opening at once.

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 packages="libvulkan1 mesa-vulkan-drivers libshaderc-dev glslang-dev spirv-tools gcc g++ python3-dev python3-venv"
-if [ "${1:-}" = "--test" ]; then packages="$packages vulkan-validationlayers"; fi
+if [ "${1:-}" = "--test" ]; then packages="$packages vulkan-validationlayers redis-server"; fi
 missing=""
 for p in $packages; do
   # not `dpkg -s`: that also succeeds for a package removed with its config files left

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -36,6 +36,8 @@ from ._plan_pool import PlanPool
 from ._shape_hints import shape_baked_specs
 
 Progress = Callable[[int, int], None]
+#: Called with every spec before any is requested: fills the cache from a remote tier.
+Prefetch = Callable[[Sequence[PipelineSpec]], Awaitable[None]]
 #: featmask bit 4: the layer runs on the CPU (ncnn's ``no_vulkan``)
 _FEATMASK_NO_VULKAN = 1 << 4
 #: A pipeline wanted: the node, its key (a name, or (name, push bytes) when shape-baked), spec.
@@ -101,8 +103,12 @@ class GpuModel:
         opt: Option,
         *,
         progress: Progress | None = None,
+        prefetch: Prefetch | None = None,
     ) -> GpuModel:
-        """Bind, request every pipeline, upload weights meanwhile; released again on failure."""
+        """Bind, request every pipeline, upload weights meanwhile; released again on failure.
+
+        ``prefetch`` (the remote cache tier) sees every spec before the first is requested.
+        """
         device = cache.device
         info = device.info
         options = opt.shader_options()
@@ -124,6 +130,8 @@ class GpuModel:
             layers = {i: b.gpu_layer for i, b in model.bound.items()}
             requests = shape_baked_specs(graph, layers, info, cache.registry.shape_variant, options)
             baked = [(model.bound[i], key, spec) for i, key, spec in requests]
+        if prefetch is not None:
+            await prefetch([spec for _, _, spec in wanted + baked])
         started = cache.request_many(spec for _, _, spec in wanted + baked)
         futures = [(bound, key, started[spec]) for bound, key, spec in wanted + baked]
         try:

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .._errors import ModelFormatError
 from .._threads import run_sync
@@ -33,6 +33,9 @@ from ._option import Option
 from ._param_parser import parse_param
 from ._plan import Plan
 from ._plan_pool import PlanKey
+
+if TYPE_CHECKING:
+    from ..cache._remote_tier import RemoteTier
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,10 @@ class Net:
         #: Saves the cache folder after load and whenever something new is built since.
         self._autosaver: AutoSaver | None = None
         self._pending_save: asyncio.Future[SaveResult | None] | None = None
+        #: The remote cache tier (``Option.remote_cache``), made at the first load.
+        self._remote: RemoteTier | None = None
+        self._remote_resolved = False
+        self._pending_push: asyncio.Future[None] | None = None
         self._param_source: ModelSource | None = None
         self.load_stats = LoadStatistics()
         self._closed = False
@@ -126,9 +133,19 @@ class Net:
         # opening the device (100-200 ms on a discrete GPU's driver) must not block the loop
         await run_sync(self._setup_device)
         if self.cache is not None and self.use_vulkan:
-            await self._open_cache_folder(self.cache, model_source)
-            self.gpu_model = await GpuModel.load(graph, self.cache, self.opt, progress=progress)
-            self._start_autosave(self.cache)
+            cache = self.cache
+            await self._open_cache_folder(cache, model_source)
+            remote = self._remote_tier()
+            self.gpu_model = await GpuModel.load(
+                graph,
+                cache,
+                self.opt,
+                progress=progress,
+                prefetch=None if remote is None else lambda specs: remote.fetch(cache, specs),
+            )
+            self._start_autosave(cache)
+            if remote is not None:  # after load, beside the first requests
+                self._pending_push = asyncio.ensure_future(remote.push(cache))
         elif progress:
             progress(len(graph.nodes), len(graph.nodes))
         self.load_stats = self._statistics(time.perf_counter() - start, read_s)
@@ -192,6 +209,23 @@ class Net:
         if folder.writable:  # a read-only folder or cache served; nothing is saved
             self._cache_folder = folder
 
+    def _remote_tier(self) -> RemoteTier | None:
+        """The remote tier ``Option.remote_cache`` names (ValueError for a malformed URL)."""
+        if not self._remote_resolved:
+            url = self.opt.remote_cache
+            if url or (url is None and os.environ.get("ASYNCVK_REMOTE_CACHE")):
+                # imported only with a remote cache: start-up without one is unchanged
+                from ..cache._remote_tier import remote_tier_for
+
+                self._remote = remote_tier_for(url, self.opt.remote_cache_key)
+            self._remote_resolved = True
+        return self._remote
+
+    @property
+    def remote_status(self) -> dict[str, Any] | None:
+        """The remote cache's counters and state (shared by the process), None without one."""
+        return None if self._remote is None else self._remote.report()
+
     def _start_autosave(self, cache: PipelineCache) -> None:
         """Save the cache folder now (in the background), and again after new builds."""
         if self._cache_folder is None:
@@ -213,7 +247,11 @@ class Net:
         return await folder.save(cache)
 
     async def flush_cache(self) -> None:
-        """Wait for the background save of the cache folder (and save anything newer)."""
+        """Wait for the background save of the cache folder (and save anything newer) and for
+        the remote tier's push."""
+        if self._pending_push is not None:
+            await self._pending_push
+            self._pending_push = None
         if self._pending_save is not None:
             await self._pending_save
             self._pending_save = None
@@ -247,6 +285,8 @@ class Net:
         self.loaded = False
         if self._autosaver is not None:
             self._autosaver.cancel()  # aclose() flushed it; a bare close() saves nothing more
+        if self._pending_push is not None:
+            self._pending_push.cancel()  # likewise: aclose() waited for it
         gpu_model, self.gpu_model = self.gpu_model, None
         if gpu_model is not None:
             self._commands_before += gpu_model.commands_recorded
@@ -264,6 +304,8 @@ class Net:
                     await self._autosaver.aclose()
             except Exception:  # a cache save never fails the caller
                 pass
+            if self._remote is not None:
+                await self._remote.aclose()
         await run_sync(self.close)
 
     async def __aenter__(self) -> Net:

@@ -21,6 +21,10 @@ class Option:
     ``cache_dir`` + ``graph_key`` turn on the managed cache folder: saved after load, and again
     ``autosave_interval`` seconds after anything new is built in the cache (another Net sharing
     it loading a model), off the request path; ``aclose()`` flushes.
+    ``remote_cache`` (a ``redis://host:port/db`` URL; None: ``ASYNCVK_REMOTE_CACHE``, "": none)
+    adds a shared tier behind the local cache: what the local cache lacks is read from it at
+    load, and what it lacks is pushed after load; ``remote_cache_key`` (None:
+    ``ASYNCVK_REMOTE_CACHE_KEY``) signs what is written and accepts only values signed with it.
     """
 
     use_vulkan_compute: bool | None = None
@@ -34,6 +38,8 @@ class Option:
     cache_dir: str | Path | None = None
     graph_key: str | None = None
     autosave_interval: float = 2.0
+    remote_cache: str | None = None
+    remote_cache_key: str | bytes | None = None
 
     def shader_options(self) -> ShaderOptions:
         return ShaderOptions(

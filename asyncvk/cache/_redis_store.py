@@ -1,0 +1,106 @@
+"""RedisStore: the RemoteStore protocol on Redis, through redis-py's asyncio client.
+
+No retries and short timeouts: a remote cache that does not answer at once is turned off by
+the tier, and the model loads without it (redis-py would otherwise retry three times with
+back-off). A set of keys is a sorted set scored by write time, so "the newest" is one command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from ._remote_store import RemoteSettings, RemoteStoreError
+
+
+class RedisStore:
+    """One client (and its connection pool) on the event loop that first uses it."""
+
+    def __init__(self, settings: RemoteSettings) -> None:
+        self.settings = settings
+        self._client = aioredis.Redis.from_url(
+            settings.url,
+            socket_timeout=settings.timeout,
+            socket_connect_timeout=settings.connect_timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+        # a name lookup or a stalled handshake is outside redis-py's socket timeouts
+        self._deadline = settings.connect_timeout + settings.timeout
+
+    @asynccontextmanager
+    async def _guard(self, what: str) -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout(self._deadline):
+                yield
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise RemoteStoreError(f"{what} on {self.settings.display}: {_describe(exc)}") from exc
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        async with self._guard("MGET"):
+            values = await self._client.mget(list(keys))
+        return [v if v is None or isinstance(v, bytes) else v.encode() for v in values]
+
+    async def exists_many(self, keys: Sequence[str]) -> list[bool]:
+        if not keys:
+            return []
+        async with self._guard("EXISTS"):
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            found = await pipe.execute()
+        return [bool(n) for n in found]
+
+    async def add(self, key: str, value: bytes, ttl: float) -> bool:
+        px = int(ttl * 1000) if ttl > 0 else None
+        async with self._guard("SET NX"):
+            written = await self._client.set(key, value, nx=True, px=px)
+        return bool(written)
+
+    async def newest_members(self, index: str, count: int) -> list[str]:
+        async with self._guard("ZREVRANGE"):
+            members = await self._client.zrevrange(index, 0, count - 1)
+        return [m.decode("utf-8", "replace") if isinstance(m, bytes) else str(m) for m in members]
+
+    async def add_member(
+        self, index: str, member: str, ttl: float, *, drop: Sequence[str], keep: int
+    ) -> None:
+        async with self._guard("ZADD"):
+            pipe = self._client.pipeline(transaction=True)  # MULTI/EXEC: one atomic step
+            pipe.zadd(index, {member: time.time()})
+            if drop:
+                pipe.zrem(index, *drop)
+            pipe.zremrangebyrank(index, 0, -(keep + 1))
+            if ttl > 0:
+                pipe.pexpire(index, int(ttl * 1000))
+            await pipe.execute()
+
+    async def scan(self, pattern: str) -> list[str]:
+        async with self._guard("SCAN"):
+            found = [k async for k in self._client.scan_iter(match=pattern, count=1000)]
+        return sorted(k.decode("utf-8", "replace") if isinstance(k, bytes) else k for k in found)
+
+    async def aclose(self) -> None:
+        try:
+            await self._client.aclose()
+        except (RedisError, OSError):
+            pass
+
+
+def _describe(exc: BaseException) -> str:
+    """One line: the system's words for the cause first ("connection refused"), then redis's."""
+    if isinstance(exc, TimeoutError) and not str(exc):
+        return "timed out"
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, OSError) and cause.errno:
+        return f"{os.strerror(cause.errno).lower()} ({type(exc).__name__}: {exc})"
+    return f"{type(exc).__name__}: {exc}"

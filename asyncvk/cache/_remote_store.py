@@ -1,0 +1,157 @@
+"""RemoteStore: the few operations the remote cache tier needs from a key-value store, and the
+URL that names one (``redis://host:port/db?timeout=1&ttl=604800``).
+
+The tier (``_remote_tier``) sees only this protocol, so another store needs one class and one
+line in :func:`open_store`. A store raises :class:`RemoteStoreError` for anything that is the
+store's fault (refused connection, timeout, a server error); the tier then turns itself off.
+Redis's client is imported only when a ``redis://`` URL is opened: without a remote cache,
+start-up imports nothing more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+#: Scheme -> what ``open_store`` opens it with (documented in docs/cache-format.md).
+SCHEMES = ("redis", "rediss", "unix")
+#: Seven days: long enough for a fleet's restarts, short enough that old drivers' blobs go.
+DEFAULT_TTL = 7 * 24 * 3600.0
+DEFAULT_TIMEOUT = 1.0
+DEFAULT_CONNECT_TIMEOUT = 0.5
+DEFAULT_MAX_VALUE = 64 << 20
+#: The newest driver blobs a load merges for one device identity (each writer adds its own).
+DEFAULT_MAX_BLOBS = 8
+
+
+class RemoteStoreError(Exception):
+    """The store failed (connection, timeout, server error): the tier turns itself off."""
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """A remote cache URL, split into the store's address and asyncvk's own settings.
+
+    ``timeout``: seconds for one operation; ``connect_timeout``: for the connection;
+    ``ttl``: seconds a written value lives (0: no expiry); ``max_value``: the largest value
+    written or accepted, in bytes; ``max_blobs``: driver blobs merged per device identity.
+    """
+
+    url: str
+    timeout: float = DEFAULT_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    ttl: float = DEFAULT_TTL
+    max_value: int = DEFAULT_MAX_VALUE
+    max_blobs: int = DEFAULT_MAX_BLOBS
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme
+
+    @property
+    def display(self) -> str:
+        """The URL without a password, for logs and reports."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        if parts.username:
+            host = f"{parts.username}@{host}"
+        elif parts.password:
+            host = f"***@{host}"
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+#: asyncvk's query parameters: name -> (converter, lowest allowed value).
+_KNOBS = {
+    "timeout": (float, 0.001),
+    "connect_timeout": (float, 0.001),
+    "ttl": (float, 0.0),
+    "max_value": (int, 1),
+    "max_blobs": (int, 1),
+}
+
+
+def parse_remote_url(url: str, *, where: str = "remote cache") -> RemoteSettings:
+    """Check ``url`` and take asyncvk's parameters out of its query; ValueError names the fault.
+
+    ``where`` says who gave the URL (``--remote-cache``, ``ASYNCVK_REMOTE_CACHE``).
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+    except ValueError as exc:
+        raise ValueError(f"{where} {url!r}: not a URL ({exc})") from None
+    if parts.scheme not in SCHEMES:
+        raise ValueError(
+            f"{where} {url!r}: unsupported scheme {parts.scheme!r} "
+            f"(expected {', '.join(s + '://' for s in SCHEMES)})"
+        )
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ValueError(f"{where} {url!r}: no host (expected redis://HOST:PORT/DB)")
+    knobs: dict[str, float | int] = {}
+    rest = []
+    for name, text in parse_qsl(parts.query, keep_blank_values=True):
+        if name not in _KNOBS:
+            rest.append((name, text))  # the store's own (redis: db=, ...)
+            continue
+        convert, least = _KNOBS[name]
+        try:
+            value = convert(text)
+        except ValueError:
+            raise ValueError(f"{where}: {name}={text!r} is not a number") from None
+        if not math.isfinite(value) or value < least:
+            raise ValueError(f"{where}: {name}={text!r} must be at least {least}")
+        knobs[name] = value
+    store_url = urlunsplit(parts._replace(query=urlencode(rest)))
+    return RemoteSettings(store_url, **knobs)  # type: ignore[arg-type]
+
+
+class RemoteStore(Protocol):
+    """What the remote tier asks of a store. Every method may raise RemoteStoreError."""
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The value of each key, None where there is none."""
+        ...
+
+    async def exists_many(self, keys: Sequence[str]) -> list[bool]:
+        """Whether each key holds a value."""
+        ...
+
+    async def add(self, key: str, value: bytes, ttl: float) -> bool:
+        """Write ``value`` unless the key holds one (atomic); False when it did."""
+        ...
+
+    async def newest_members(self, index: str, count: int) -> list[str]:
+        """The newest ``count`` members of a set of keys, newest first."""
+        ...
+
+    async def add_member(
+        self, index: str, member: str, ttl: float, *, drop: Sequence[str], keep: int
+    ) -> None:
+        """Add ``member`` as the newest, remove ``drop``, keep only the ``keep`` newest."""
+        ...
+
+    async def scan(self, pattern: str) -> list[str]:
+        """Every key matching a glob ``pattern`` (for ``asyncvk cache pull``)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def open_store(settings: RemoteSettings) -> RemoteStore:
+    """The store a URL names; a ValueError names the package a scheme needs when it is missing
+    (a configured remote cache that cannot be used is a set-up error, not a miss)."""
+    if settings.scheme in ("redis", "rediss", "unix"):
+        try:
+            from ._redis_store import RedisStore
+        except ImportError as exc:
+            raise ValueError(
+                f"the remote cache {settings.display} needs the 'redis' package "
+                f"(pip install 'asyncvk[remote]'): {exc}"
+            ) from exc
+        return RedisStore(settings)
+    raise ValueError(f"no store for {settings.display}")

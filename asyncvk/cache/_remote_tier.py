@@ -1,0 +1,392 @@
+"""The remote tier: a shared store behind the local pipeline cache, so a fleet pays one cold build.
+
+At load, after the local cache (file or folder) is in, the SPIR-V entries a model needs that
+are still missing, and the driver blobs of this device identity when the local cache gave none
+or was incomplete, are read from the store in two round trips, checked as a cache file is
+(``_remote_values``), and adopted; the local cache's next save writes them to disk. After load,
+what the store lacks is pushed in the background (never on the request path).
+
+Fail-open: the first connection error, timeout or server error turns the tier off for the rest
+of the process (one warning) and the model loads without it; a value that fails a check is a
+miss with a reason, never used. Counters are kept per URL for the whole process, for
+``/metrics`` and ``--json``.
+
+Two writers never lose each other's work: SPIR-V entries are written only where absent (one
+key holds one content), and each driver blob is its own value under its content hash, added to
+a per-identity set; a writer removes from that set only the blobs it merged into its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .._errors import AsyncVkError
+from .._threads import run_sync
+from ._keys import SpirvKey
+from ._remote_store import (
+    RemoteSettings,
+    RemoteStore,
+    RemoteStoreError,
+    open_store,
+    parse_remote_url,
+)
+from ._remote_values import (
+    blob_index_key,
+    blob_value_key,
+    decode_blob_value,
+    decode_spirv_value,
+    encode_blob_value,
+    encode_spirv_value,
+    parse_spirv_value_key,
+    spirv_pattern,
+    spirv_value_key,
+)
+from ._spec import PipelineSpec
+
+if TYPE_CHECKING:
+    from ._pipeline_cache import PipelineCache
+
+log = logging.getLogger("asyncvk.cache.remote")
+
+URL_VARIABLE = "ASYNCVK_REMOTE_CACHE"
+KEY_VARIABLE = "ASYNCVK_REMOTE_CACHE_KEY"
+
+
+@dataclass
+class RemoteCounters:
+    """What a process did with one remote cache (every Net using that URL together)."""
+
+    #: values used: SPIR-V entries and driver blobs
+    hits: int = 0
+    #: values looked for and not used: absent, or rejected by a check
+    misses: int = 0
+    #: of the misses, values that were there and failed a check
+    rejected: int = 0
+    #: store failures (each turns the tier off, so at most one per URL and process)
+    errors: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    #: values written
+    pushed: int = 0
+    #: values not written because they are larger than ``max_value``
+    too_large: int = 0
+
+
+@dataclass
+class RemoteState:
+    """One URL's counters and on/off switch, shared by every tier of the process."""
+
+    display: str
+    counters: RemoteCounters = field(default_factory=RemoteCounters)
+    off_reason: str | None = None
+    #: the last rejections, with their reasons (newest last)
+    rejections: deque[str] = field(default_factory=lambda: deque(maxlen=16))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self.counters, name, getattr(self.counters, name) + delta)
+
+    def report(self) -> dict[str, Any]:
+        with self._lock:
+            out: dict[str, Any] = {"url": self.display, "on": self.off_reason is None}
+            out.update(asdict(self.counters))
+        if self.off_reason is not None:
+            out["off_reason"] = self.off_reason
+        if self.rejections:
+            out["rejections"] = list(self.rejections)
+        return out
+
+
+_STATES: dict[str, RemoteState] = {}
+_STATES_LOCK = threading.Lock()
+
+
+def remote_state(display: str) -> RemoteState:
+    with _STATES_LOCK:
+        return _STATES.setdefault(display, RemoteState(display))
+
+
+def remote_states() -> list[RemoteState]:
+    """Every remote cache this process has used (for ``/metrics``)."""
+    with _STATES_LOCK:
+        return list(_STATES.values())
+
+
+def resolve_secret(secret: str | bytes | None) -> bytes | None:
+    """The signing key: the one given, else ``ASYNCVK_REMOTE_CACHE_KEY``; None when neither."""
+    if secret is None:
+        secret = os.environ.get(KEY_VARIABLE) or None
+    if isinstance(secret, str):
+        secret = secret.encode()
+    return secret or None
+
+
+def remote_tier_for(url: str | None, secret: str | bytes | None = None) -> RemoteTier | None:
+    """The tier ``url`` names (None: ``ASYNCVK_REMOTE_CACHE``; empty: no remote tier).
+
+    Raises ValueError for a malformed URL, naming where it came from.
+    """
+    where = "remote cache"
+    if url is None:
+        url, where = os.environ.get(URL_VARIABLE) or "", URL_VARIABLE
+    if not url:
+        return None
+    return RemoteTier(parse_remote_url(url, where=where), resolve_secret(secret))
+
+
+def model_spirv_keys(cache: PipelineCache, specs: Iterable[PipelineSpec]) -> set[SpirvKey]:
+    """The SPIR-V keys building ``specs`` needs (as ``request_many`` will compute them)."""
+    info = cache.device.info
+    return {
+        cache.spirv_key(spec.shader, spec.options.supported_on(info))
+        for spec in specs
+        if spec.spirv is None
+    }
+
+
+class RemoteTier:
+    """One Net's use of a remote cache: its store connection (opened on first need, on the
+    running event loop) and what this load found there. The switch and counters are the
+    process's (:func:`remote_state`)."""
+
+    def __init__(self, settings: RemoteSettings, secret: bytes | None = None) -> None:
+        self.settings = settings
+        self.secret = secret
+        self.state = remote_state(settings.display)
+        self._store: RemoteStore | None = None
+        #: SPIR-V keys the loaded models need, and those the store is known to hold
+        self._wanted: set[SpirvKey] = set()
+        self._remote_has: set[SpirvKey] = set()
+        #: blob keys read from the identity's set (None: not read yet), and those merged
+        self._members: list[str] | None = None
+        self._merged: list[str] = []
+
+    @property
+    def on(self) -> bool:
+        return self.state.off_reason is None
+
+    def report(self) -> dict[str, Any]:
+        return {**self.state.report(), "signed": self.secret is not None}
+
+    async def _open(self) -> RemoteStore:
+        if self._store is None:
+            # importing the client takes ~0.1 s: not on the event loop
+            self._store = await run_sync(open_store, self.settings)
+        return self._store
+
+    def _turn_off(self, reason: str) -> None:
+        state = self.state
+        state.add(errors=1)
+        if state.off_reason is None:
+            state.off_reason = reason
+            log.warning(
+                "remote pipeline cache turned off for this process, loading goes on without it: %s",
+                reason,
+            )
+
+    def _reject(self, what: str, reason: str) -> None:
+        self.state.add(misses=1, rejected=1)
+        self.state.rejections.append(f"{what}: {reason}")
+        log.warning("remote pipeline cache: %s not used: %s", what, reason)
+
+    # -- load --------------------------------------------------------------------------------
+
+    async def fetch(self, cache: PipelineCache, specs: Iterable[PipelineSpec]) -> None:
+        """Adopt what the store holds that building ``specs`` needs and the local cache lacks.
+
+        Never raises for the store or its contents; returns before any build starts.
+        """
+        keys = model_spirv_keys(cache, specs)
+        self._wanted |= keys
+        if not self.on:
+            return
+        have = cache.spirv_entries()
+        missing = sorted((k for k in keys if k not in have), key=spirv_value_key)
+        want_blob = cache.vk_cache is not None and (bool(missing) or not cache.driver_blob_loaded)
+        if not missing and not want_blob:
+            return
+        await self._read(cache, missing, want_blob)
+
+    async def _read(self, cache: PipelineCache, keys: list[SpirvKey], want_blob: bool) -> None:
+        """Read ``keys`` (and the identity's driver blobs), check them, adopt what passes."""
+        identity = cache.device.info.identity
+        try:
+            store = await self._open()
+            spirv_get = store.get_many([spirv_value_key(k) for k in keys])
+            if want_blob:
+                values, members = await asyncio.gather(
+                    spirv_get,
+                    store.newest_members(blob_index_key(identity), self.settings.max_blobs),
+                )
+                self._members = members
+                blob_values = await store.get_many(members)
+            else:
+                values, members, blob_values = await spirv_get, [], []
+        except RemoteStoreError as exc:
+            self._turn_off(str(exc))
+            return
+        spirv, blobs = await run_sync(self._judge, cache, keys, values, members, blob_values)
+        cache.add_spirv_entries(spirv)
+        for member, blob in blobs:
+            try:
+                cache.merge_driver_blob(blob)
+            except AsyncVkError as exc:
+                self._reject(f"driver blob {member}", f"the driver refused it: {exc}")
+                continue
+            self._merged.append(member)
+            self.state.add(hits=1)
+
+    async def pull(self, cache: PipelineCache) -> None:
+        """Adopt every SPIR-V entry the store holds for this device's macros, and its driver
+        blobs (``asyncvk cache pull``)."""
+        if not self.on:
+            return
+        try:
+            names = await (await self._open()).scan(spirv_pattern(cache.device_macro_hash))
+        except RemoteStoreError as exc:
+            self._turn_off(str(exc))
+            return
+        keys = [k for k in map(parse_spirv_value_key, names) if k is not None]
+        await self._read(cache, keys, cache.vk_cache is not None)
+
+    def _judge(
+        self,
+        cache: PipelineCache,
+        missing: list[SpirvKey],
+        values: list[bytes | None],
+        members: list[str],
+        blob_values: list[bytes | None],
+    ) -> tuple[dict[SpirvKey, bytes], list[tuple[str, bytes]]]:
+        """Check every value read (worker thread): the SPIR-V to adopt, the blobs to merge."""
+        limit = self.settings.max_value
+        source_hashes = cache.registry.source_hashes()
+        identity = cache.device.info.identity
+        spirv: dict[SpirvKey, bytes] = {}
+        for key, value in zip(missing, values, strict=True):
+            what = f"SPIR-V of {key.shader!r} [option bits 0x{key.option_bits:x}]"
+            if value is None:
+                self.state.add(misses=1)
+                continue
+            self.state.add(bytes_read=len(value))
+            self._remote_has.add(key)  # present: not pushed again, even if it is bad
+            body = (
+                f"{len(value)} bytes, over max_value {limit}"
+                if len(value) > limit
+                else decode_spirv_value(value, key, self.secret, source_hashes)
+            )
+            if isinstance(body, str):
+                self._reject(what, body)
+                continue
+            spirv[key] = body
+            self.state.add(hits=1)
+        blobs: list[tuple[str, bytes]] = []
+        for member, value in zip(members, blob_values, strict=True):
+            if value is None:  # expired or evicted since it was listed
+                self.state.add(misses=1)
+                continue
+            self.state.add(bytes_read=len(value))
+            blob = (
+                f"{len(value)} bytes, over max_value {limit}"
+                if len(value) > limit
+                else decode_blob_value(value, member, identity, self.secret)
+            )
+            if isinstance(blob, str):
+                self._reject(f"driver blob {member}", blob)
+                continue
+            blobs.append((member, blob))
+        return spirv, blobs
+
+    # -- after load ----------------------------------------------------------------------------
+
+    async def publish(self, cache: PipelineCache) -> None:
+        """Write every SPIR-V entry of ``cache`` and its driver blob that the store lacks
+        (``asyncvk cache push``)."""
+        self._wanted |= set(cache.spirv_entries())
+        await self.push(cache, new_blob=True)
+
+    async def push(self, cache: PipelineCache, *, new_blob: bool = False) -> None:
+        """Write what the store lacks: this load's SPIR-V entries, and the driver blob when it
+        holds something new (``new_blob``: it does). Never raises for the store."""
+        if not self.on or cache.closed:
+            return
+        entries = cache.spirv_entries()
+        candidates = sorted(
+            (k for k in self._wanted - self._remote_has if k in entries), key=spirv_value_key
+        )
+        try:
+            store = await self._open()
+            present = await store.exists_many([spirv_value_key(k) for k in candidates])
+            absent = [k for k, there in zip(candidates, present, strict=True) if not there]
+            self._remote_has.update(
+                k for k, there in zip(candidates, present, strict=True) if there
+            )
+            values = await run_sync(self._seal_entries, cache, absent, entries)
+            for key, value in values:
+                await store.add(spirv_value_key(key), value, self.settings.ttl)
+                self._remote_has.add(key)
+                self.state.add(pushed=1, bytes_written=len(value))
+            await self._push_blob(cache, store, new_blob)
+        except RemoteStoreError as exc:
+            self._turn_off(str(exc))
+
+    def _seal_entries(
+        self, cache: PipelineCache, keys: list[SpirvKey], entries: dict[SpirvKey, bytes]
+    ) -> list[tuple[SpirvKey, bytes]]:
+        identity = cache.device.info.identity
+        sealed = []
+        for key in keys:
+            try:
+                value = encode_spirv_value(key, entries[key], identity, self.secret)
+            except ValueError as exc:  # not SPIR-V: the encoder refuses what a reader would
+                log.warning("not pushing SPIR-V of %r: %s", key.shader, exc)
+                continue
+            if len(value) > self.settings.max_value:
+                self.state.add(too_large=1)
+                continue
+            sealed.append((key, value))
+        return sealed
+
+    async def _push_blob(self, cache: PipelineCache, store: RemoteStore, new_blob: bool) -> None:
+        """The driver blob, when it holds pipelines the store's blobs may lack."""
+        if cache.vk_cache is None:
+            return
+        blob = await run_sync(cache.driver_blob)
+        if not blob:
+            return
+        identity = cache.device.info.identity
+        index = blob_index_key(identity)
+        if self._members is None:
+            self._members = await store.newest_members(index, self.settings.max_blobs)
+        key = blob_value_key(identity, blob)
+        built_new = new_blob or cache.statistics().driver_cache_misses > 0
+        if key in self._members or (self._members and not built_new):
+            return
+        try:
+            key, value = await run_sync(encode_blob_value, blob, identity, self.secret)
+        except ValueError as exc:  # a blob the reader would refuse is not written
+            log.warning("not pushing the driver blob: %s", exc)
+            return
+        if len(value) > self.settings.max_value:
+            self.state.add(too_large=1)
+            return
+        ttl = self.settings.ttl
+        if await store.add(key, value, ttl):
+            self.state.add(pushed=1, bytes_written=len(value))
+        # the blobs merged into this one are in it: their entries in the set can go
+        await store.add_member(index, key, ttl, drop=self._merged, keep=self.settings.max_blobs)
+        self._members = [key]
+        self._merged = [key]
+
+    async def aclose(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            await store.aclose()

@@ -1,0 +1,354 @@
+"""The remote cache tier against a real redis-server: fresh processes warm from it, a server that
+is absent or dies mid-load, damaged, foreign, unsigned and expired values, racing writers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from cli_runner import cli, run_args
+from conftest import OTHER_IDENTITY
+from redis_server import RedisServer, free_port
+
+from asyncvk import Net, Option
+from asyncvk.cache._remote_store import parse_remote_url
+from asyncvk.cache._remote_tier import remote_state
+from asyncvk.cache._remote_values import (
+    blob_index_key,
+    blob_value_key,
+    encode_blob_value,
+    parse_spirv_value_key,
+    seal,
+)
+from asyncvk.gpu import VulkanDevice
+
+MODELS = Path(__file__).parent / "models"
+CUNET = MODELS / "cunet"
+SQUEEZENET = MODELS / "squeezenet"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    srv = RedisServer(tmp_path)
+    yield srv
+    srv.stop()
+
+
+def _run(model: Path, cache_dir: Path, url: str, *extra: str) -> tuple[dict[str, Any], str]:
+    """``asyncvk run`` in a fresh process with an own local cache folder and a remote cache."""
+    out = cache_dir.parent / f"{cache_dir.name}-out.npy"
+    proc = cli(
+        *run_args(model),
+        "--output",
+        f"out0={out}",
+        "--cache-dir",
+        str(cache_dir),
+        "--graph-key",
+        model.name,
+        "--remote-cache",
+        url,
+        *extra,
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    report["output"] = np.load(out)
+    return report, proc.stderr
+
+
+def _spirv_keys(srv: RedisServer) -> list[bytes]:
+    with srv.client() as c:
+        return sorted(k for k in c.keys("*") if b":spirv:" in k)
+
+
+async def _load(url: str, model: Path = CUNET, **option: Any) -> Net:
+    net = Net(Option(remote_cache=url, **option))
+    await net.load_param(model / "model.param")
+    await net.load_model(model / "model.bin")
+    return net
+
+
+async def _infer(net: Net) -> np.ndarray:
+    ex = net.create_extractor()
+    ex.input("in0", np.load(CUNET / "input.npy"))
+    return await ex.extract("out0")
+
+
+# -- fresh processes ------------------------------------------------------------------------------
+
+
+def test_a_second_machine_starts_warm_from_redis(server: RedisServer, tmp_path: Path) -> None:
+    first, _ = _run(CUNET, tmp_path / "machine1", server.url)
+    assert first["spirv_compiled"] > 0
+    assert first["remote_cache"]["pushed"] > 0 and first["remote_cache"]["on"]
+    # a second machine: a fresh process and an empty local folder
+    second, _ = _run(CUNET, tmp_path / "machine2", server.url)
+    assert second["spirv_compiled"] == 0, second["remote_cache"]
+    remote = second["remote_cache"]
+    assert remote["hits"] >= first["spirv_compiled"] and remote["rejected"] == 0
+    assert remote["pushed"] == 0 and remote["bytes_read"] > 0
+    assert np.array_equal(first["output"], second["output"])
+    # the remote hits were written into machine 2's local folder: warm with Redis gone
+    server.stop()
+    third, _ = _run(CUNET, tmp_path / "machine2", server.url)
+    assert third["cache_loaded"] and third["spirv_compiled"] == 0
+
+
+def test_a_server_absent_at_start_costs_one_warning(tmp_path: Path) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    report, stderr = _run(CUNET, tmp_path / "local", url)
+    remote = report["remote_cache"]
+    assert not remote["on"] and remote["errors"] == 1 and "refused" in remote["off_reason"]
+    assert stderr.count("remote pipeline cache turned off") == 1, stderr
+    expected = np.load(CUNET / "output.npy")
+    assert np.linalg.norm(report["output"] - expected) / np.linalg.norm(expected) < 2e-3
+
+
+def test_the_environment_names_the_remote_cache(server: RedisServer, tmp_path: Path) -> None:
+    env = {**os.environ, "ASYNCVK_REMOTE_CACHE": server.url}
+    proc = subprocess.run(
+        [sys.executable, "-m", "asyncvk", *run_args(CUNET), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["remote_cache"]["pushed"] > 0
+    assert _spirv_keys(server)
+
+
+def test_two_writers_racing_lose_nothing(server: RedisServer, tmp_path: Path) -> None:
+    """Four cold processes, two models, pushing at once: every value whole, nothing lost."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "asyncvk", *run_args(model), "--remote-cache", server.url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for model in (CUNET, SQUEEZENET, CUNET, SQUEEZENET)
+    ]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err for _, err in results]
+    for model in (CUNET, SQUEEZENET):  # a fresh process each, no local cache: all from Redis
+        proc = cli(*run_args(model), "--remote-cache", server.url, "--must-hit", "--json")
+        assert proc.returncode == 0, (model.name, proc.stderr)
+        remote = json.loads(proc.stdout)["remote_cache"]
+        assert remote["rejected"] == 0 and remote["misses"] == 0, (model.name, remote)
+
+
+# -- one process: a server that dies, values that must not be used ---------------------------------
+
+
+async def test_a_server_killed_mid_load_turns_the_tier_off(
+    device: VulkanDevice, server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store is read before the builds start; killed then, the push after load fails:
+    one warning, the tier off for the process, the model loaded and correct."""
+    killed = []
+
+    def progress(done: int, total: int) -> None:
+        if not killed:
+            server.stop()
+            killed.append(done)
+
+    net = Net(Option(remote_cache=server.url))
+    await net.load_param(CUNET / "model.param")
+    await net.load_model(CUNET / "model.bin", progress=progress)
+    y = await _infer(net)
+    await net.flush_cache()
+    status = net.remote_status
+    assert status is not None and killed
+    assert not status["on"] and status["errors"] == 1 and status["misses"] > 0
+    ref = np.load(CUNET / "output.npy")
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
+    again = await _load(server.url)  # the rest of the process: not even tried
+    assert again.remote_status == status
+    await net.aclose()
+    await again.aclose()
+    warnings = [r for r in caplog.records if "turned off" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+async def _filled(url: str, **option: Any) -> dict[str, Any]:
+    """Load once so the store holds the model; the counters of that load."""
+    net = await _load(url, **option)
+    await net.aclose()
+    status = net.remote_status
+    assert status is not None and status["pushed"] > 0
+    return status
+
+
+async def _fresh_load(url: str, **option: Any) -> tuple[Net, dict[str, int], int]:
+    """A fresh Net (own in-memory cache): its compiles, and the URL's counters it added."""
+    before = remote_state(parse_remote_url(url).display).report()
+    net = await _load(url, **option)
+    await net.flush_cache()
+    after = net.remote_status
+    assert after is not None
+    delta = {k: after[k] - before[k] for k in ("hits", "misses", "rejected", "pushed")}
+    assert net.cache is not None
+    return net, delta, net.cache.statistics().spirv_compiles
+
+
+async def test_a_corrupted_value_is_a_miss_with_a_reason(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    await _filled(server.url)
+    keys = _spirv_keys(server)
+    with server.client() as c:
+        damaged = bytearray(c.get(keys[0]) or b"")
+        damaged[-40] ^= 0x01  # a bit of the SPIR-V body, before the 32-byte tag
+        c.set(keys[0], bytes(damaged))
+        c.set(keys[1], c.get(keys[2]) or b"")  # another key's value, copied over
+    net, delta, compiles = await _fresh_load(server.url)
+    assert (delta["rejected"], compiles) == (2, 2)
+    assert delta["hits"] == len(keys) - 2 + 1  # the rest of the store still served, and the blob
+    status = net.remote_status
+    assert status is not None
+    reasons = "\n".join(status["rejections"][-2:])
+    assert "SPIR-V checksum mismatch" in reasons and "written under another key" in reasons
+    ref = np.load(CUNET / "output.npy")
+    y = await _infer(net)
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
+    await net.aclose()
+
+
+async def test_a_driver_blob_of_another_device_never_reaches_the_driver(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    identity = device.info.identity
+    index = blob_index_key(identity)
+    blob = bytearray(64)
+    blob[0:4] = (32).to_bytes(4, "little")
+    blob[4:8] = (1).to_bytes(4, "little")
+    blob[8:12] = OTHER_IDENTITY.vendor_id.to_bytes(4, "little")
+    blob[12:16] = OTHER_IDENTITY.device_id.to_bytes(4, "little")
+    blob[16:32] = OTHER_IDENTITY.pipeline_cache_uuid
+    foreign_key, foreign = encode_blob_value(bytes(blob), OTHER_IDENTITY, None)
+    # the foreign file, sealed as a well-made value under this device's key for that content
+    ours = blob_value_key(identity, bytes(blob))
+    payload = foreign[8 + 2 + 1 + 1 + 4 + len(foreign_key) : -32]
+    with server.client() as c:
+        c.set(ours, seal(2, ours, payload, None))
+        c.set(foreign_key, foreign)  # listed for this device, under its own key
+        copied = ours[:-32] + "0" * 32  # and copied under a key of ours
+        c.set(copied, foreign)
+        c.zadd(index, {ours: 3.0, foreign_key: 2.0, copied: 1.0})
+    net, delta, _ = await _fresh_load(server.url)
+    assert delta["rejected"] == 3 and delta["hits"] == 0
+    assert net.cache is not None and not net.cache._merged_blobs  # nothing was merged
+    status = net.remote_status
+    assert status is not None
+    reasons = "\n".join(status["rejections"][-3:])
+    assert "written for another GPU or driver" in reasons
+    assert "listed for another device identity" in reasons
+    assert "written under another key" in reasons
+    await net.aclose()
+
+
+async def test_signed_values_only_with_a_key(device: VulkanDevice, server: RedisServer) -> None:
+    await _filled(server.url, remote_cache_key="fleet secret")
+    keys = _spirv_keys(server)
+    with server.client() as c:
+        forged = c.get(keys[0]) or b""
+        # an attacker without the key re-seals a value as unsigned, and as signed by another key
+        payload = forged[8 + 2 + 1 + 1 + 4 + len(keys[0]) : -32]
+        c.set(keys[0], seal(1, keys[0].decode(), payload, None))
+        c.set(keys[1], seal(1, keys[1].decode(), payload, b"another key"))
+    net, delta, compiles = await _fresh_load(server.url, remote_cache_key="fleet secret")
+    assert (delta["rejected"], compiles) == (2, 2)
+    status = net.remote_status
+    assert status is not None and status["signed"]
+    reasons = "\n".join(status["rejections"][-2:])
+    assert "not signed" in reasons and "signature mismatch" in reasons
+    await net.aclose()
+    # without a key, the signed values of the fleet are read as any others
+    plain, delta, compiles = await _fresh_load(server.url)
+    # keys[0] is whole, only unsigned; keys[1] holds keys[0]'s entry: refused for its key
+    assert compiles == 1 and delta["rejected"] == 1
+    await plain.aclose()
+
+
+def _wait_until_expired(server: RedisServer) -> None:
+    """Every key was written with a TTL of at most 1 s; wait until Redis has dropped them all."""
+    with server.client() as c:
+        keys = c.keys("*")
+        assert keys and all(0 < c.pttl(k) <= 1000 for k in keys)
+        deadline = time.monotonic() + 10
+        while c.dbsize() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert c.dbsize() == 0
+
+
+async def test_values_expire(device: VulkanDevice, server: RedisServer) -> None:
+    url = server.url + "?ttl=1"
+    await _filled(url)
+    _wait_until_expired(server)
+    net, delta, compiles = await _fresh_load(url)
+    assert delta["hits"] == 0 and compiles > 0
+    await net.aclose()
+
+
+# -- configuration and the CLI ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("http://127.0.0.1:6379", "unsupported scheme 'http'"),
+        ("redis://", "no host"),
+        ("redis://h:notaport", "not a URL"),
+        ("redis://h:1/0?timeout=soon", "timeout='soon' is not a number"),
+        ("redis://h:1/0?ttl=-1", "ttl='-1' must be at least 0"),
+    ],
+)
+def test_a_bad_url_is_one_line_naming_the_option(url: str, needle: str) -> None:
+    proc = cli(*run_args(CUNET), "--remote-cache", url)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("asyncvk: error: --remote-cache") and needle in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_without_the_redis_package_the_error_names_it(tmp_path: Path) -> None:
+    script = (
+        "import sys; sys.modules['redis'] = None\n"
+        "from asyncvk.cli import main\n"
+        f"sys.exit(main({[*run_args(CUNET), '--remote-cache', 'redis://127.0.0.1:1/0']!r}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "needs the 'redis' package" in proc.stderr and "asyncvk[remote]" in proc.stderr
+
+
+def test_cache_push_and_pull(server: RedisServer, tmp_path: Path) -> None:
+    built = tmp_path / "ci.vkcache"
+    warm = cli(
+        "cache", "warm", str(CUNET / "model.param"), str(CUNET / "model.bin"), "--cache", str(built)
+    )
+    assert warm.returncode == 0, warm.stderr
+    push = cli("cache", "push", str(built), "--remote", server.url, "--json")
+    assert push.returncode == 0, push.stderr
+    pushed = json.loads(push.stdout)
+    assert pushed["remote_cache"]["pushed"] == pushed["spirv_entries"] + 1  # and the blob
+    names = [k.decode() for k in _spirv_keys(server)]
+    assert all(parse_spirv_value_key(n) is not None for n in names)
+    pulled = tmp_path / "fleet.vkcache"
+    pull = cli("cache", "pull", str(pulled), "--remote", server.url, "--json")
+    assert pull.returncode == 0, pull.stderr
+    assert json.loads(pull.stdout)["spirv_entries"] == pushed["spirv_entries"]
+    hit = cli(*run_args(CUNET), "--cache", str(pulled), "--must-hit", "--json")
+    assert hit.returncode == 0, hit.stderr
+    server.stop()
+    down = cli("cache", "pull", str(pulled), "--remote", server.url)
+    assert down.returncode == 1 and "refused" in down.stderr.splitlines()[-1]
