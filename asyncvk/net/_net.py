@@ -107,6 +107,10 @@ class Net:
         """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
         start = time.perf_counter()
         self._prepare_compiler()
+        if self._remote_configured():
+            from ..cache._remote_store import preload_store_module
+
+            preload_store_module()  # the client imports while the model is read
         param_source = _read_source(source)
         param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)
@@ -212,14 +216,17 @@ class Net:
     def _remote_tier(self) -> RemoteTier | None:
         """The remote tier ``Option.remote_cache`` names (ValueError for a malformed URL)."""
         if not self._remote_resolved:
-            url = self.opt.remote_cache
-            if url or (url is None and os.environ.get("ASYNCVK_REMOTE_CACHE")):
+            if self._remote_configured():
                 # imported only with a remote cache: start-up without one is unchanged
                 from ..cache._remote_tier import remote_tier_for
 
-                self._remote = remote_tier_for(url, self.opt.remote_cache_key)
+                self._remote = remote_tier_for(self.opt.remote_cache, self.opt.remote_cache_key)
             self._remote_resolved = True
         return self._remote
+
+    def _remote_configured(self) -> bool:
+        url = self.opt.remote_cache
+        return bool(url or (url is None and os.environ.get("ASYNCVK_REMOTE_CACHE")))
 
     @property
     def remote_status(self) -> dict[str, Any] | None:
