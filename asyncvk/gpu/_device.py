@@ -14,9 +14,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .. import _vk
 from .._errors import GpuTimeoutError
@@ -26,6 +24,9 @@ from ._info import GpuInfo
 from ._instance import get_default_gpu_index, get_gpu_info, instance
 from ._memory import Allocator, Buffer, MemoryKind
 from ._quirks import Quirks
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the device opens without it
+    import numpy as np
 
 vk = _vk.vkapi
 ffi = _vk.ffi
@@ -162,6 +163,8 @@ class VulkanDevice:
 
     def upload_sync(self, array: np.ndarray) -> Buffer:
         """Copy ``array`` into a new device buffer (blocking; use :meth:`upload` from async)."""
+        import numpy as np
+
         data = np.ascontiguousarray(array)
         buf = self.allocate(max(data.nbytes, 4))
         if buf.host_visible:
@@ -184,8 +187,10 @@ class VulkanDevice:
         return await run_sync(self.upload_sync, array)
 
     def download_sync(
-        self, buf: Buffer, shape: tuple[int, ...], dtype: Any = np.float32
+        self, buf: Buffer, shape: tuple[int, ...], dtype: Any = "float32"
     ) -> np.ndarray:
+        import numpy as np
+
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         if buf.host_visible:
             raw = np.frombuffer(buf.view()[:nbytes], dtype=np.uint8).copy()
@@ -204,7 +209,7 @@ class VulkanDevice:
         return raw.view(dtype).reshape(shape)
 
     async def download(
-        self, buf: Buffer, shape: tuple[int, ...], dtype: Any = np.float32
+        self, buf: Buffer, shape: tuple[int, ...], dtype: Any = "float32"
     ) -> np.ndarray:
         return await run_sync(self.download_sync, buf, shape, dtype)
 
