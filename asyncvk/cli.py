@@ -33,8 +33,8 @@ def _open_device(index: int | None) -> None:
     """Thread body: open the device that ``open_net`` will ask for. A failure here is left for
     that call to raise, where the user's command reports it."""
     try:
-        # The instance first: gpu._instance needs only Vulkan, so the driver loads while the
-        # main thread imports numpy (which gpu._device needs, and waits for here).
+        # Neither gpu module imports numpy, so the driver loads and the device opens while the
+        # main thread imports numpy and the rest.
         from .gpu._instance import get_gpu_count
 
         if get_gpu_count() > 0:
