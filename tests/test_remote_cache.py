@@ -352,3 +352,33 @@ def test_cache_push_and_pull(server: RedisServer, tmp_path: Path) -> None:
     server.stop()
     down = cli("cache", "pull", str(pulled), "--remote", server.url)
     assert down.returncode == 1 and "refused" in down.stderr.splitlines()[-1]
+
+
+async def test_serve_reports_the_remote_cache_in_metrics(
+    server: RedisServer, tmp_path: Path
+) -> None:
+    from test_serve import Server
+
+    first = Server(tmp_path / "one", "--remote-cache", server.url)
+    try:
+        await first.wait_ready()
+        metrics = await first.metrics()
+        deadline = time.monotonic() + 60
+        while not metrics.get("asyncvk_remote_cache_pushed_total") and time.monotonic() < deadline:
+            metrics = await first.metrics()  # the push runs in the background after load
+        assert metrics["asyncvk_remote_cache_up"] == 1 and metrics["asyncvk_spirv_compiles"] > 0
+        assert metrics["asyncvk_remote_cache_pushed_total"] > 0
+        assert metrics["asyncvk_remote_cache_written_bytes_total"] > 0
+    finally:
+        first.stop()
+    second = Server(tmp_path / "two", "--remote-cache", server.url)
+    try:
+        await second.wait_ready()
+        metrics = await second.metrics()
+        assert metrics["asyncvk_spirv_compiles"] == 0
+        assert metrics["asyncvk_remote_cache_hits_total"] > 0
+        assert metrics["asyncvk_remote_cache_read_bytes_total"] > 0
+        assert metrics["asyncvk_remote_cache_rejected_total"] == 0
+        assert metrics["asyncvk_remote_cache_errors_total"] == 0
+    finally:
+        second.stop()
