@@ -43,6 +43,13 @@ for what in "$@"; do
     tests) python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu.py tests/test_pipeline_cache.py 2>&1 | tail -5 ;;
     coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_h100.json" ;;
     shapehints) python3 benchmarks/shape_hints.py --out "$OUT/shape_hints_h100.json" 2>&1 | tail -3 ;;
+    remotecache)  # .redisdeb/: redis-server's debs (apt-get download redis-server redis-tools
+      # libjemalloc2 liblzf1 libatomic1) and the redis wheel (pip download --no-deps redis)
+      mkdir -p /tmp/redis && for f in .redisdeb/*.deb; do dpkg -x "$f" /tmp/redis; done
+      python3 -m pip install -q --no-index --no-deps --target /tmp/site .redisdeb/redis-*.whl
+      python3 benchmarks/remote_cache.py --runs "${RUNS:-5}" --models "${MODELS:-cunet,squeezenet,mobilenetv2,resnet18}" \
+        --redis-server /tmp/redis/usr/bin/redis-server --redis-lib /tmp/redis/usr/lib/x86_64-linux-gnu \
+        --out "$OUT/remote_cache_h100.json" >/dev/null; tail -c 2500 "$OUT/remote_cache_h100.json" ;;
     gpusetup) python3 benchmarks/gpu_setup.py | tee "$OUT/gpu_setup_h100.json" ;;
     features) python3 benchmarks/gpu_setup.py --features | tee "$OUT/gpu_setup_features_h100.json" | head -8 ;;
     profile) python3 benchmarks/load_profile.py --runs 3 --glsl-opt 2 --out "$OUT/load_profile_h100.json" >/dev/null ;;

@@ -15,14 +15,15 @@ moment the first output is in hand, ``first_output_s``; the in-process ``load_mo
 * ``local_file_remote_down``: ``local_file`` with Redis down.
 
 The kinds run interleaved, ``--runs`` times each; medians. redis-server is started here on a
-free loopback port (``--redis-server``: a binary, e.g. one unpacked from the Debian package with
-``dpkg -x``; its libraries through LD_LIBRARY_PATH).
+free loopback port (``--redis-server``: a binary, e.g. one unpacked from the Debian packages
+with ``dpkg -x``, and ``--redis-lib`` the folder of their libraries).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -50,11 +51,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_redis(binary: str, folder: Path) -> tuple[subprocess.Popen[bytes], int]:
+def _start_redis(binary: str, folder: Path, lib: str | None) -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
+    env = dict(os.environ, LD_LIBRARY_PATH=lib) if lib else None
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         cwd=folder,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -148,13 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="cunet,squeezenet")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--redis-server", default=shutil.which("redis-server"))
+    parser.add_argument(
+        "--redis-lib", help="LD_LIBRARY_PATH for redis-server alone (its libraries, unpacked)"
+    )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     if not args.redis_server:
         parser.error("no redis-server found: install it or pass --redis-server PATH")
     with tempfile.TemporaryDirectory() as tmp:
-        proc, port = _start_redis(args.redis_server, Path(tmp))
+        proc, port = _start_redis(args.redis_server, Path(tmp), args.redis_lib)
         try:
             url = f"redis://127.0.0.1:{port}/0"
             down = f"redis://127.0.0.1:{_free_port()}/0"
