@@ -55,10 +55,6 @@ def _start_opening_device(args: argparse.Namespace) -> None:
     threading.Thread(
         target=_open_device, args=(args.device,), name="asyncvk-open-device", daemon=True
     ).start()
-    if getattr(args, "remote_cache", None) or os.environ.get("ASYNCVK_REMOTE_CACHE"):
-        from .cache._remote_store import preload_store_module
-
-        preload_store_module()  # the Redis client imports beside numpy and the device
 
 
 # -- parser -------------------------------------------------------------------------------------

@@ -112,6 +112,56 @@ def test_a_server_absent_at_start_costs_one_warning(tmp_path: Path) -> None:
     assert np.linalg.norm(report["output"] - expected) / np.linalg.norm(expected) < 2e-3
 
 
+def _run_counting_imports(*args: str) -> tuple[dict[str, Any], str, bool]:
+    """``asyncvk`` in a fresh process: its --json report, its stderr, and whether the Redis
+    client was imported."""
+    script = (
+        "import sys\n"
+        "from asyncvk.cli import main\n"
+        f"code = main({[*args, '--json']!r})\n"
+        "print('redis imported:', 'redis' in sys.modules, file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported = proc.stderr.splitlines()[-1]
+    assert imported.startswith("redis imported:"), proc.stderr
+    return json.loads(proc.stdout), proc.stderr, imported.endswith("True")
+
+
+def test_a_warm_local_cache_never_touches_the_store(server: RedisServer, tmp_path: Path) -> None:
+    """Everything the load needs is in the local folder: the store is not connected to and its
+    client (~0.2 s of imports) not imported, before or after the load."""
+    local = ["--cache-dir", str(tmp_path / "local"), "--graph-key", "cunet"]
+    first, _, imported = _run_counting_imports(
+        *run_args(CUNET), *local, "--remote-cache", server.url
+    )
+    assert first["spirv_compiled"] > 0 and first["remote_cache"]["pushed"] > 0 and imported
+    with server.client() as c:
+        connections = c.info("stats")["total_connections_received"]
+        warm, _, imported = _run_counting_imports(
+            *run_args(CUNET), *local, "--remote-cache", server.url
+        )
+        assert c.info("stats")["total_connections_received"] == connections
+    assert warm["cache_loaded"] and warm["spirv_compiled"] == 0
+    assert not imported
+    remote = warm["remote_cache"]
+    assert remote["on"] and remote["hits"] == remote["misses"] == remote["pushed"] == 0
+
+
+def test_a_server_down_at_start_is_found_without_the_redis_client(tmp_path: Path) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    report, stderr, imported = _run_counting_imports(
+        *run_args(CUNET), "--cache", str(tmp_path / "local.vkcache"), "--remote-cache", url
+    )
+    remote = report["remote_cache"]
+    assert not remote["on"] and remote["errors"] == 1 and "refused" in remote["off_reason"]
+    assert stderr.count("remote pipeline cache turned off") == 1, stderr
+    assert not imported
+
+
 def test_the_environment_names_the_remote_cache(server: RedisServer, tmp_path: Path) -> None:
     env = {**os.environ, "ASYNCVK_REMOTE_CACHE": server.url}
     proc = subprocess.run(

@@ -4,15 +4,17 @@ URL that names one (``redis://host:port/db?timeout=1&ttl=604800``).
 The tier (``_remote_tier``) sees only this protocol, so another store needs one class and one
 line in :func:`open_store`. A store raises :class:`RemoteStoreError` for anything that is the
 store's fault (refused connection, timeout, a server error); the tier then turns itself off.
-Redis's client is imported only when a ``redis://`` URL is opened: without a remote cache,
-start-up imports nothing more.
+Redis's client is imported only when the store is needed and :func:`probe_store` found the
+server answering: without a remote cache, with a server that is down, or with a local cache
+that holds everything, a load imports nothing more.
 """
 
 from __future__ import annotations
 
-import importlib
+import asyncio
+import importlib.util
 import math
-import threading
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -144,25 +146,40 @@ class RemoteStore(Protocol):
     async def aclose(self) -> None: ...
 
 
-_preloading: list[threading.Thread] = []
+def _check_store_module(settings: RemoteSettings) -> None:
+    """ValueError naming the package a scheme needs when it is missing (found without importing
+    it: a configured remote cache that cannot be used is a set-up error, not a miss)."""
+    if importlib.util.find_spec("redis") is None:
+        raise ValueError(
+            f"the remote cache {settings.display} needs the 'redis' package "
+            "(pip install 'asyncvk[remote]')"
+        )
 
 
-def preload_store_module() -> None:
-    """Import the Redis client on a thread now (~0.1 s of imports), so that the load that
-    needs it finds it imported: called as soon as a remote cache is known to be configured.
-    A failure is left for :func:`open_store` to report."""
-    if _preloading:
+async def probe_store(settings: RemoteSettings) -> None:
+    """Connect to the store's host and port with the standard library and hang up, so that a
+    server that is down costs neither the Redis client's imports (~0.2 s, which slowed every
+    load beside them) nor its connection set-up; RemoteStoreError when it does not answer.
+    A unix socket is not probed."""
+    _check_store_module(settings)
+    parts = urlsplit(settings.url)
+    if settings.scheme == "unix" or parts.hostname is None:
         return
-
-    def load() -> None:
-        try:
-            importlib.import_module("asyncvk.cache._redis_store")
-        except ImportError:
-            pass
-
-    thread = threading.Thread(target=load, name="asyncvk-import-redis", daemon=True)
-    _preloading.append(thread)
-    thread.start()
+    port = parts.port or 6379
+    try:
+        async with asyncio.timeout(settings.connect_timeout):
+            _, writer = await asyncio.open_connection(parts.hostname, port)
+    except TimeoutError:
+        raise RemoteStoreError(f"connect to {settings.display}: timed out") from None
+    except OSError as exc:
+        errno = exc.errno or 0  # a name lookup's are negative
+        reason = os.strerror(errno).lower() if errno > 0 else (exc.strerror or str(exc))
+        raise RemoteStoreError(f"connect to {settings.display}: {reason}") from exc
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except OSError:
+        pass
 
 
 def open_store(settings: RemoteSettings) -> RemoteStore:

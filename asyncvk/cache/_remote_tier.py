@@ -1,10 +1,10 @@
 """The remote tier: a shared store behind the local pipeline cache, so a fleet pays one cold build.
 
 At load, after the local cache (file or folder) is in, the SPIR-V entries a model needs that
-are still missing, and the driver blobs of this device identity when the local cache gave none
-or was incomplete, are read from the store in two round trips, checked as a cache file is
-(``_remote_values``), and adopted; the local cache's next save writes them to disk. After load,
-what the store lacks is pushed in the background (never on the request path).
+are still missing, and the driver blobs of this device identity, are read from the store in two
+round trips (nothing missing: the store is not opened, its client not imported), checked as a
+cache file is (``_remote_values``), and adopted; the local cache's next save writes them to
+disk. After load, what the store lacks is pushed in the background (never on the request path).
 
 Fail-open: the first connection error, timeout or server error turns the tier off for the rest
 of the process (one warning) and the model loads without it; a value that fails a check is a
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import AsyncVkError
 from .._threads import run_sync
+from ..gpu._driver_cache import blob_holds_pipelines
 from ._keys import SpirvKey
 from ._remote_store import (
     RemoteSettings,
@@ -36,6 +37,7 @@ from ._remote_store import (
     RemoteStoreError,
     open_store,
     parse_remote_url,
+    probe_store,
 )
 from ._remote_values import (
     blob_index_key,
@@ -166,6 +168,8 @@ class RemoteTier:
         #: SPIR-V keys the loaded models need, and those the store is known to hold
         self._wanted: set[SpirvKey] = set()
         self._remote_has: set[SpirvKey] = set()
+        #: of those, the keys the local cache already held at load: not pushed after load
+        self._local_had: set[SpirvKey] = set()
         #: blob keys read from the identity's set (None: not read yet), and those merged
         self._members: list[str] | None = None
         self._merged: list[str] = []
@@ -179,7 +183,9 @@ class RemoteTier:
 
     async def _open(self) -> RemoteStore:
         if self._store is None:
-            # importing the client takes ~0.1 s: not on the event loop
+            # a server that is down is found without importing the client (~0.2 s of imports)
+            await probe_store(self.settings)
+            # importing the client: not on the event loop
             self._store = await run_sync(open_store, self.settings)
         return self._store
 
@@ -210,11 +216,13 @@ class RemoteTier:
         if not self.on:
             return
         have = cache.spirv_entries()
+        self._local_had |= {k for k in keys if k in have}
         missing = sorted((k for k in keys if k not in have), key=spirv_value_key)
-        want_blob = cache.vk_cache is not None and (bool(missing) or not cache.driver_blob_loaded)
-        if not missing and not want_blob:
+        if not missing:
+            # the local cache has every entry: the store is not even opened. Its driver blob
+            # may hold no pipelines (lavapipe's is a bare header), which alone is no reason
             return
-        await self._read(cache, missing, want_blob)
+        await self._read(cache, missing, cache.vk_cache is not None)
 
     async def _read(self, cache: PipelineCache, keys: list[SpirvKey], want_blob: bool) -> None:
         """Read ``keys`` (and the identity's driver blobs), check them, adopt what passes."""
@@ -311,17 +319,26 @@ class RemoteTier:
         """Write every SPIR-V entry of ``cache`` and its driver blob that the store lacks
         (``asyncvk cache push``)."""
         self._wanted |= set(cache.spirv_entries())
+        self._local_had.clear()
         await self.push(cache, new_blob=True)
 
     async def push(self, cache: PipelineCache, *, new_blob: bool = False) -> None:
-        """Write what the store lacks: this load's SPIR-V entries, and the driver blob when it
-        holds something new (``new_blob``: it does). Never raises for the store."""
+        """Write what the store lacks: this load's new SPIR-V entries (neither found locally nor
+        in the store), and the driver blob when it holds something new (``new_blob``: it does).
+        Nothing new: the store is not opened. Never raises for the store."""
         if not self.on or cache.closed:
             return
         entries = cache.spirv_entries()
         candidates = sorted(
-            (k for k in self._wanted - self._remote_has if k in entries), key=spirv_value_key
+            (k for k in self._wanted - self._remote_has - self._local_had if k in entries),
+            key=spirv_value_key,
         )
+        built_new = new_blob or cache.statistics().driver_cache_misses > 0
+        blob = b""
+        if cache.vk_cache is not None and (built_new or candidates):
+            blob = await run_sync(cache.driver_blob)
+        if not candidates and not (built_new and blob_holds_pipelines(blob)):
+            return
         try:
             store = await self._open()
             present = await store.exists_many([spirv_value_key(k) for k in candidates])
@@ -334,7 +351,7 @@ class RemoteTier:
                 await store.add(spirv_value_key(key), value, self.settings.ttl)
                 self._remote_has.add(key)
                 self.state.add(pushed=1, bytes_written=len(value))
-            await self._push_blob(cache, store, new_blob)
+            await self._push_blob(cache, store, blob, built_new)
         except RemoteStoreError as exc:
             self._turn_off(str(exc))
 
@@ -355,11 +372,10 @@ class RemoteTier:
             sealed.append((key, value))
         return sealed
 
-    async def _push_blob(self, cache: PipelineCache, store: RemoteStore, new_blob: bool) -> None:
+    async def _push_blob(
+        self, cache: PipelineCache, store: RemoteStore, blob: bytes, built_new: bool
+    ) -> None:
         """The driver blob, when it holds pipelines the store's blobs may lack."""
-        if cache.vk_cache is None:
-            return
-        blob = await run_sync(cache.driver_blob)
         if not blob:
             return
         identity = cache.device.info.identity
@@ -367,7 +383,6 @@ class RemoteTier:
         if self._members is None:
             self._members = await store.newest_members(index, self.settings.max_blobs)
         key = blob_value_key(identity, blob)
-        built_new = new_blob or cache.statistics().driver_cache_misses > 0
         if key in self._members or (self._members and not built_new):
             return
         try:

@@ -107,10 +107,6 @@ class Net:
         """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
         start = time.perf_counter()
         self._prepare_compiler()
-        if self._remote_configured():
-            from ..cache._remote_store import preload_store_module
-
-            preload_store_module()  # the client imports while the model is read
         param_source = _read_source(source)
         param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)
