@@ -41,16 +41,35 @@ def expf(x: np.ndarray) -> np.ndarray:
     out = wide.astype(np.float32)
     if _C_EXPF is None:
         return out
+    # where the float result is normal, the 29 low mantissa bits of the double are the
+    # distance below the next float: a midpoint is 2^28 of them, a float32 ulp 2^29
+    low = (wide.view(np.uint64) & np.uint64(_LOW_BITS)).view(np.int64)
+    near = np.abs(low - _MIDPOINT) < _NEAR * 2 * _MIDPOINT
+    normal = (wide >= _FLT_TINY) & (wide <= _FLT_MAX)
+    near &= normal
+    other = ~normal & np.isfinite(wide)  # subnormal floats, overflow: ulps by nextafter
+    if other.any():
+        near[other] = _near_midpoint(wide[other], out[other])
+    if near.any():
+        function = _C_EXPF
+        flat = out.reshape(-1)  # a view: ``out`` is new and contiguous
+        flat[near.reshape(-1)] = list(map(function, x[near].tolist()))
+    return out
+
+
+_LOW_BITS = (1 << 29) - 1
+_MIDPOINT = 1 << 28
+_FLT_TINY = float(np.finfo(np.float32).tiny)
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _near_midpoint(wide: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Whether each ``wide`` lies within ``_NEAR`` ulps of ``out``'s midpoint with one of its
+    neighbours, the ulps taken by ``nextafter`` (right for any float, normal or not)."""
     with np.errstate(all="ignore"):
         value = out.astype(np.float64)
         below = np.nextafter(out, np.float32(-np.inf)).astype(np.float64)
         above = np.nextafter(out, np.float32(np.inf)).astype(np.float64)
-        near = ((wide - (value + below) / 2) < _NEAR * (value - below)) | (
+        return ((wide - (value + below) / 2) < _NEAR * (value - below)) | (
             ((value + above) / 2 - wide) < _NEAR * (above - value)
         )
-        near &= np.isfinite(wide)
-    if near.any():
-        function = _C_EXPF
-        flat = out.reshape(-1)  # a view: ``out`` is new and contiguous
-        flat[near.reshape(-1)] = [function(float(v)) for v in x[near]]
-    return out

@@ -1,0 +1,93 @@
+"""The fast score sort and NMS of layers/_nms.py against ncnn's loops replayed as they are.
+
+The layer tests compare whole layers with the ncnn wheel; these compare the shortcuts with
+the reference replays on inputs built to reach every branch: scores with and without ties
+(in the kept prefix or only after it), boxes over several NMS blocks, and the inputs where
+boxes that are apart can still suppress (a negative threshold, a negative area).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asyncvk.layers import _nms
+from asyncvk.layers._nms import (
+    IouRule,
+    ncnn_qsort_order,
+    nms_sorted,
+    nms_sorted_reference,
+    qsort_descent_order,
+)
+
+
+def scores(rng: np.random.Generator, kind: str, n: int) -> np.ndarray:
+    if kind == "distinct":
+        return rng.permutation(np.linspace(0.01, 1, n)).astype(np.float32)
+    if kind == "few_levels":  # many ties everywhere
+        return rng.integers(0, 5, n).astype(np.float32)
+    # distinct scores on top, one tied level below them
+    top = np.linspace(2, 3, n // 2, dtype=np.float32)
+    return rng.permutation(np.concatenate([top, np.full(n - n // 2, 0.5, np.float32)]))
+
+
+@pytest.mark.parametrize("kind", ["distinct", "few_levels", "tied_tail"])
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 300])
+def test_sort_is_ncnns_quicksort(kind: str, n: int) -> None:
+    rng = np.random.default_rng(n)
+    s = scores(rng, kind, n)
+    full = ncnn_qsort_order(s)
+    for count in (None, 0, 1, 5, n // 2, n // 2 + 1, n, n + 3):
+        got = qsort_descent_order(s, count)
+        wanted = full if count is None else full[: max(0, min(count, n))]
+        assert got.dtype == np.int64
+        assert got.tolist() == wanted.tolist(), (kind, n, count)
+
+
+def test_sort_ties_are_not_a_stable_sort() -> None:
+    """Where ties decide the order, the replay's order is not a stable sort's (so a shortcut
+    that sorted stably through ties would fail the test above)."""
+    s = scores(np.random.default_rng(1), "few_levels", 300)
+    assert ncnn_qsort_order(s).tolist() != np.argsort(-s, kind="stable").tolist()
+
+
+def random_boxes(rng: np.random.Generator, n: int, spread: float) -> np.ndarray:
+    center = rng.random((n, 2)) * spread
+    size = rng.random((n, 2)) ** 3
+    return np.concatenate([center - size / 2, center + size / 2], axis=1).astype(np.float32)
+
+
+def areas_of(boxes: np.ndarray) -> np.ndarray:
+    return ((boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])).astype(np.float32)
+
+
+@pytest.mark.parametrize("rule", ["divide", "multiply"])
+@pytest.mark.parametrize("threshold", [0.0, 0.3, 0.7, -0.01])
+@pytest.mark.parametrize("spread", [1.0, 4.0])
+def test_nms_keeps_what_ncnns_loop_keeps(rule: IouRule, threshold: float, spread: float) -> None:
+    rng = np.random.default_rng(int(spread * 10))
+    n = 3 * _nms._BLOCK + 17  # several blocks, the last one partial
+    boxes = random_boxes(rng, n, spread)
+    boxes[5:9] = boxes[4]  # identical boxes: the first of them suppresses the others
+    areas = areas_of(boxes)
+    wanted = nms_sorted_reference(boxes, areas, threshold, rule)
+    assert wanted.size < n and (threshold < 0 or wanted.size > 1)  # < 0: apart boxes suppress
+    got = nms_sorted(boxes, areas, threshold, rule)
+    assert got.dtype == np.int64
+    assert got.tolist() == wanted.tolist()
+
+
+@pytest.mark.parametrize("rule", ["divide", "multiply"])
+def test_nms_odd_boxes_as_ncnns_loop(rule: IouRule) -> None:
+    """NaN corners, zero and negative areas (xmin > xmax), and an empty input."""
+    rng = np.random.default_rng(7)
+    boxes = random_boxes(rng, 2 * _nms._BLOCK, 1.5)
+    boxes[::11, 2] = boxes[::11, 0]  # zero width
+    boxes[3::13, [0, 2]] = boxes[3::13, [2, 0]]  # inverted: negative area
+    boxes[5::17, 1] = np.nan
+    areas = areas_of(boxes)
+    for threshold in (0.0, 0.45):
+        wanted = nms_sorted_reference(boxes, areas, threshold, rule)
+        assert nms_sorted(boxes, areas, threshold, rule).tolist() == wanted.tolist()
+    empty = np.zeros((0, 4), np.float32)
+    assert nms_sorted(empty, np.zeros(0, np.float32), 0.45, rule).tolist() == []
