@@ -86,13 +86,14 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def _best_class(scores: np.ndarray, floor: np.float32) -> tuple[np.ndarray, np.ndarray]:
     """ncnn's scan for the largest class score per cell: the first strictly greater than the
-    running best, which starts at ``floor`` with class 0."""
-    best = np.full(scores.shape[1:], floor, dtype=np.float32)
-    label = np.zeros(scores.shape[1:], dtype=np.int64)
-    for q in range(scores.shape[0]):
-        better = scores[q] > best
-        best = np.where(better, scores[q], best)
-        label[better] = q
+    running best, which starts at ``floor`` with class 0. That is the first of the largest
+    (argmax) where it is over the floor, NaN never winning; class 0 and the floor elsewhere."""
+    ranked = np.where(np.isnan(scores), np.float32(-np.inf), scores)
+    label = ranked.argmax(axis=0).astype(np.int64)
+    best = np.take_along_axis(ranked, label[None], axis=0)[0]
+    nothing = ~(best > floor)
+    label[nothing] = 0
+    best[nothing] = floor
     return label, best
 
 
@@ -104,14 +105,14 @@ class _Candidates:
 
     def add(
         self,
-        keep: np.ndarray,
         score: np.ndarray,
         corners: tuple[np.ndarray, ...],
         area: np.ndarray,
         label: np.ndarray,
     ) -> None:
+        """One map's passing cells, each argument a 1-D array over them in row-major order."""
         columns = (score, *corners, area, label.astype(np.float32))
-        self.parts.append(np.stack([c[keep] for c in columns], axis=1).astype(np.float32))
+        self.parts.append(np.stack(columns, axis=1).astype(np.float32))
 
     def detections(self, nms_threshold: float, rule: IouRule) -> np.ndarray:
         """Sort, suppress, and give the (n, 6) rows ``[label + 1, score, x0, y0, x1, y1]``."""
@@ -132,12 +133,13 @@ def _corners(
     return cx - half_w, cy - half_h, cx + half_w, cy + half_h
 
 
-def _grid(h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cell row and column indexes as float32, shaped to broadcast over (h, w)."""
-    return (
-        np.arange(h, dtype=np.float32)[:, None],
-        np.arange(w, dtype=np.float32)[None, :],
-    )
+def _passing(confidence: np.ndarray, threshold: np.float32) -> tuple[np.ndarray, ...]:
+    """(mask, row, column) of the cells whose confidence reaches the threshold, the indexes as
+    float32 in row-major order: only those cells' boxes are decoded (each cell's arithmetic
+    is its own, so a box is the same whichever cells are decoded with it)."""
+    keep = confidence >= threshold
+    row, col = np.nonzero(keep)
+    return keep, row.astype(np.float32), col.astype(np.float32)
 
 
 class _YoloOutput(Layer):
@@ -222,22 +224,22 @@ class YoloDetectionOutput(_YoloOutput):
 
     def _decode(self, blob: np.ndarray, h: int, w: int, found: _Candidates) -> None:
         per_box = 5 + self.num_class
-        row, col = _grid(h, w)
         threshold = _F32(self.confidence_threshold)
         for pp in range(self.num_box):
             x, y, bw, bh, objectness = blob[pp * per_box : pp * per_box + 5]
             scores = blob[pp * per_box + 5 : (pp + 1) * per_box]
             scores[...] = _softmax_channels(scores)
-            # reciprocals as in Yolov3DetectionOutput: the closest to ncnn's build
-            cx = (col + _sigmoid(x)) * (_ONE / _F32(w))
-            cy = (row + _sigmoid(y)) * (_ONE / _F32(h))
-            box_w = _expf(bw) * (_F32(self.biases[2 * pp]) * (_ONE / _F32(w)))
-            box_h = _expf(bh) * (_F32(self.biases[2 * pp + 1]) * (_ONE / _F32(h)))
-            corners = _corners(cx, cy, box_w, box_h)
             label, class_score = _best_class(scores, _F32(0))
             confidence = _sigmoid(objectness) * class_score
+            keep, row, col = _passing(confidence, threshold)
+            # reciprocals as in Yolov3DetectionOutput: the closest to ncnn's build
+            cx = (col + _sigmoid(x[keep])) * (_ONE / _F32(w))
+            cy = (row + _sigmoid(y[keep])) * (_ONE / _F32(h))
+            box_w = _expf(bw[keep]) * (_F32(self.biases[2 * pp]) * (_ONE / _F32(w)))
+            box_h = _expf(bh[keep]) * (_F32(self.biases[2 * pp + 1]) * (_ONE / _F32(h)))
+            corners = _corners(cx, cy, box_w, box_h)
             area = (corners[2] - corners[0]) * (corners[3] - corners[1])
-            found.add(confidence >= threshold, confidence, corners, area, label)
+            found.add(confidence[keep], corners, area, label[keep])
 
 
 def _softmax_channels(x: np.ndarray) -> np.ndarray:
@@ -338,17 +340,17 @@ class Yolov3DetectionOutput(_YoloOutput):
     def _decode(self, index: int, blob: np.ndarray, h: int, w: int, found: _Candidates) -> None:
         per_box = 5 + self.num_class
         net_w, net_h = self._net_size(index, w, h)
-        row, col = _grid(h, w)
         threshold = _F32(self.confidence_threshold)
         for pp in range(self.num_box):
             anchor = int(self.mask[index * self.num_box + pp])
             x, y, bw, bh, objectness = blob[pp * per_box : pp * per_box + 5]
             label, class_score = _best_class(blob[pp * per_box + 5 : (pp + 1) * per_box], -_FLT_MAX)
             confidence = _ONE / (_ONE + _expf(-objectness) * (_ONE + _expf(-class_score)))
+            keep, row, col = _passing(confidence, threshold)
             # ncnn's build multiplies by hoisted reciprocals (checked bit for bit)
-            cx = (col + _sigmoid(x)) * (_ONE / _F32(w))
-            cy = (row + _sigmoid(y)) * (_ONE / _F32(h))
-            box_w = _expf(bw) * (_F32(self.biases[2 * anchor]) * (_ONE / net_w))
-            box_h = _expf(bh) * (_F32(self.biases[2 * anchor + 1]) * (_ONE / net_h))
+            cx = (col + _sigmoid(x[keep])) * (_ONE / _F32(w))
+            cy = (row + _sigmoid(y[keep])) * (_ONE / _F32(h))
+            box_w = _expf(bw[keep]) * (_F32(self.biases[2 * anchor]) * (_ONE / net_w))
+            box_h = _expf(bh[keep]) * (_F32(self.biases[2 * anchor + 1]) * (_ONE / net_h))
             corners = _corners(cx, cy, box_w, box_h)
-            found.add(confidence >= threshold, confidence, corners, box_w * box_h, label)
+            found.add(confidence[keep], corners, box_w * box_h, label[keep])
