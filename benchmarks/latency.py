@@ -111,7 +111,7 @@ async def asyncvk_latency(d: Path, loops: int, fp16: bool) -> dict[str, Any]:
     return result
 
 
-VARIANTS = ("ncnn", "asyncvk", "asyncvk_fp16", "asyncvk_tiled_conv")
+VARIANTS = ("ncnn", "asyncvk", "asyncvk_fp16", "asyncvk_tiled_conv", "asyncvk_no_splitk")
 
 
 def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
@@ -121,6 +121,8 @@ def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
     if variant == "asyncvk_tiled_conv":
         # the other convolution shader than this device type gets by default
         convolution.TILED_SHADER = "never" if get_gpu_info().is_cpu else "always"
+    if variant == "asyncvk_no_splitk":  # deep convolutions on the one-output shader too
+        convolution.SPLITK_SHADER = "never"
     return asyncio.run(asyncvk_latency(d, loops, variant == "asyncvk_fp16"))
 
 
@@ -218,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time asyncvk with the other convolution shader (tiled / one output each)",
     )
+    parser.add_argument(
+        "--variants",
+        default="",
+        help=f"comma-separated runtimes to time (default: the first three of {','.join(VARIANTS)})",
+    )
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--child-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -228,7 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--loops and --processes must be at least 1")
     folders = _folders(args)
     info = get_gpu_info()
-    variants = VARIANTS if args.compare_conv else VARIANTS[:3]
+    variants = VARIANTS[:4] if args.compare_conv else VARIANTS[:3]
+    if args.variants:
+        variants = tuple(v for v in args.variants.split(",") if v)
+        unknown = set(variants) - set(VARIANTS)
+        if unknown:
+            parser.error(f"--variants: unknown {', '.join(sorted(unknown))}")
     report: dict[str, Any] = {
         "device": info.device_name,
         "driver": f"{info.driver_name} {info.driver_info}",

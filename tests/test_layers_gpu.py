@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from asyncvk.gpu import VulkanDevice
+from asyncvk.gpu._info import GpuInfo
+from asyncvk.net._dispatch_profile import ProfilingExtractor
 from asyncvk.net._net import Net
 from asyncvk.net._option import Option
 
@@ -274,37 +276,68 @@ async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
 CONV_CASES = [c for c in CASES if c.type.startswith("Convolution")]
 
 
-@pytest.mark.parametrize("tiled", ["never", "always"])
+@pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
-async def test_both_convolution_shaders(
-    device: VulkanDevice, case: Case, tiled: str, monkeypatch: pytest.MonkeyPatch
+async def test_every_convolution_shader(
+    device: VulkanDevice, case: Case, choice: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The tiled shader (chosen on CPU devices) and the one-output shader (chosen on GPUs)
-    both match the reference, whichever device runs the tests."""
+    """The tiled shader (chosen on CPU devices), the one-output shader and the split-K shader
+    (chosen on GPUs, by the taps per output) all match the reference, whichever device runs
+    the tests."""
     from asyncvk.layers import convolution
 
-    monkeypatch.setattr(convolution, "TILED_SHADER", tiled)
+    monkeypatch.setattr(convolution, "TILED_SHADER", "always" if choice == "tiled" else "never")
+    monkeypatch.setattr(convolution, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
     param, weights = build(case)
     inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
     expected, cpu_net = await _run(case, False, inputs, param, weights)
     await cpu_net.aclose()
     got, gpu_net = await _run(case, True, inputs, param, weights)
-    assert gpu_net.gpu_model is not None
-    shaders = {
-        spec.shader
-        for bound in gpu_net.gpu_model.bound.values()
-        for spec in bound.gpu_layer.pipeline_specs().values()
-    }
+    async with ProfilingExtractor(gpu_net) as ex:  # which shaders the plan dispatched
+        for i, x in enumerate(inputs):
+            ex.input(f"in{i}", x)
+        await ex.extract("out0")
+        assert ex.profile is not None
+        shaders = {d.shader for d in ex.profile.dispatches}
     await gpu_net.aclose()
     params = dict(kv.split("=", 1) for kv in case.params.split())
     group, out_c = int(params.get("7", "1")), int(params["0"])
     pure_depthwise = group > 1 and group == out_c == case.inputs[0][0]
     if pure_depthwise:
         want = "convolutiondepthwise"
-    elif tiled == "always" and group == 1:
+    elif choice == "tiled" and group == 1:
         want = "convolution_tiled"
+    elif choice == "splitk" and group == 1:
+        want = "convolution_splitk"  # at any size when "always"
     else:
         want = "convolution"
     assert shaders == {want}
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
+
+
+def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:
+    """On a GPU (not a CPU device) a layer with >= SPLITK_MIN_TAPS taps per output gets the
+    split-K pipeline beside the one-output one; a shallow layer, a grouped one or any layer on
+    a CPU device does not (lavapipe runs the tiled shader)."""
+    import dataclasses
+
+    from asyncvk.layers import convolution
+    from asyncvk.layers._gpu_api import GpuTarget
+    from asyncvk.layers._paramdict import ParamDict
+    from asyncvk.shader import ShaderOptions
+
+    def specs(params: dict[int, int | float], info: GpuInfo) -> set[str]:
+        layer = convolution.Convolution()
+        layer.load_param(ParamDict(params))
+        return set(layer.pipeline_specs(GpuTarget(ShaderOptions(), info)))
+
+    if not device.info.subgroup_operations & 0x4:
+        pytest.skip("no subgroup arithmetic on this device")
+    gpu = dataclasses.replace(device.info, device_type=2)  # a discrete GPU, as far as asked
+    taps = convolution.SPLITK_MIN_TAPS
+    deep = {0: 8, 1: 1, 6: 8 * taps}
+    assert specs(deep, gpu) == {"conv", "conv_splitk"}
+    assert specs({0: 8, 1: 1, 6: 8 * (taps - 1)}, gpu) == {"conv"}
+    assert specs({**deep, 7: 2, 6: 8 * taps // 2}, gpu) == {"conv"}  # grouped
+    assert specs(deep, device.info) == ({"conv"} if device.info.is_cpu else {"conv", "conv_splitk"})

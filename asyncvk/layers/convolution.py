@@ -48,6 +48,20 @@ _TILE_OX = 4  # output columns per invocation in convolution_tiled.comp
 #: 4-8x faster on lavapipe, where every per-lane load is a scalar loop; 1.5-9x slower on an
 #: H100, which wants one invocation per output for occupancy), "always" or "never" (benchmarks).
 TILED_SHADER = "cpu"
+#: Where ungrouped convolutions with at least SPLITK_MIN_TAPS taps per output (in_c * kernel
+#: area) and at most SPLITK_MAX_OUTPUTS outputs use convolution_splitk.comp, a subgroup per 4
+#: outputs splitting the input channels: "gpu" (devices that are not CPUs and have subgroup
+#: arithmetic), "always" (any size; tests) or "never". Measured on the H100 (latency.py
+#: --variants asyncvk,asyncvk_no_splitk, 2026-11-23): deep layers on small maps gain
+#: (MobileNetV2 2.50 -> 1.64 ms, the RRDB 14.1 -> 11.1 ms, FastestDet 7.2 -> 4.4 ms); large maps
+#: lose (vgg16 with it on every layer: 10.5 -> 49.8 ms), hence the output bound, checked when a
+#: plan records (both pipelines are built for layers with that many taps).
+SPLITK_SHADER = "gpu"
+SPLITK_MIN_TAPS = 512
+SPLITK_MAX_OUTPUTS = 150_000
+_SPLITK_LOCAL = (64, 1, 1)
+_SPLITK_PIXELS = 4  # output pixels per subgroup
+_SUBGROUP_FEATURE_ARITHMETIC = 0x4
 
 
 class ConvParams(Layer):
@@ -310,6 +324,20 @@ class Convolution(ConvParams):
             return False
         return TILED_SHADER == "always" or info.is_cpu
 
+    def _splitk(self, info: GpuInfo) -> bool:
+        """Whether this layer also gets convolution_splitk.comp (used when the output is small)."""
+        if self.group != 1 or SPLITK_SHADER == "never" or self.int8_requested:
+            return False
+        size = info.subgroup_size
+        usable = bool(info.subgroup_operations & _SUBGROUP_FEATURE_ARITHMETIC) and (
+            _SPLITK_PIXELS <= (info.min_subgroup_size or size)
+            and max(info.max_subgroup_size, size) <= _SPLITK_LOCAL[0]
+        )
+        if not usable or self._tiled(info):
+            return False
+        taps = self.weight_data_size // max(1, self.num_output)
+        return SPLITK_SHADER == "always" or (not info.is_cpu and taps >= SPLITK_MIN_TAPS)
+
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         """The shader, and the output columns and channels one invocation computes."""
         if self._tiled(info):
@@ -323,6 +351,9 @@ class Convolution(ConvParams):
         if shader != "convolution":
             specs = specs[:6] + specs[7:]  # only convolution.comp has the group constant (id 6)
         pipelines = {"conv": PipelineSpec(shader, specs, _LOCAL_2D)}
+        if self._splitk(target.info):
+            ungrouped = specs if shader != "convolution" else specs[:6] + specs[7:]
+            pipelines["conv_splitk"] = PipelineSpec("convolution_splitk", ungrouped, _SPLITK_LOCAL)
         if self.int8_requested:
             act = gpu_activation(self.activation_type, self.activation_params)
             requantize = self.int8_scale_term > 100
@@ -355,10 +386,18 @@ class Convolution(ConvParams):
         oc, oh, ow = output.shape
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
+        buffers = blobs_and_weights(ctx, [source], [output])
+        if self._splitk(ctx.info) and (
+            SPLITK_SHADER == "always" or oc * oh * ow <= SPLITK_MAX_OUTPUTS
+        ):  # a subgroup per _SPLITK_PIXELS outputs of one channel
+            subgroups = max(1, _SPLITK_LOCAL[0] // ctx.info.subgroup_size)
+            items = oc * math.ceil(oh * ow / _SPLITK_PIXELS)
+            groups = capped_groups((math.ceil(items / subgroups), 1, 1), ctx.info)
+            ctx.dispatch("conv_splitk", buffers, push, groups)
+            return
         _, cols, chans = self.shader(ctx.info)
         wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
-        groups = capped_groups(wanted, ctx.info)
-        ctx.dispatch("conv", blobs_and_weights(ctx, [source], [output]), push, groups)
+        ctx.dispatch("conv", buffers, push, capped_groups(wanted, ctx.info))
 
 
 @register_layer("ConvolutionDepthWise")
