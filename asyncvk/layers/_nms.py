@@ -93,8 +93,10 @@ def nms_sorted(boxes: np.ndarray, areas: np.ndarray, threshold: float, rule: Iou
         for start in range(0, n, _BLOCK):
             block = np.arange(start, min(n, start + _BLOCK))
             earlier = np.flatnonzero(kept[:start])
-            hit = _overlaps(columns, areas, block, earlier, t, rule, sparse)
-            rows = block[~hit.any(axis=1)]
+            rows = block
+            if earlier.size:
+                hit = _overlaps(columns, areas, block, earlier, t, rule, sparse)
+                rows = block[~hit.any(axis=1)]
             # within the block: over[i, j] when box rows[j] (earlier) suppresses rows[i]
             over = np.tril(_overlaps(columns, areas, rows, rows, t, rule, sparse), -1)
             suppressed = np.zeros(len(rows), dtype=bool)

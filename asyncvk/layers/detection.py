@@ -319,10 +319,8 @@ class DetectionOutput(Layer):
             scores = conf.reshape(num_class, num_prior).T
         else:
             scores = conf.reshape(num_prior, num_class)
-        rows: list[np.ndarray] = []
-        for label in range(1, num_class):
-            rows.extend(self._class_rows(label, scores[:, label], boxes))
-        out = np.array(rows, dtype=_F32).reshape(-1, _ROW)
+        rows = [self._class_rows(label, scores[:, label], boxes) for label in range(1, num_class)]
+        out = np.concatenate(rows) if rows else np.zeros((0, _ROW), _F32)
         order = qsort_descent_order(out[:, 1], self.keep_top_k)
         if not order.size:  # ncnn returns before creating its output: an empty Mat, as YOLO's do
             return [np.zeros((0,), _F32)]
@@ -354,11 +352,11 @@ class DetectionOutput(Layer):
         bh = np.exp((var[:, 3] * loc[:, 3]).astype(np.float64)).astype(_F32) * pb_h
         return np.stack([cx - bw * half, cy - bh * half, cx + bw * half, cy + bh * half], axis=1)
 
-    def _class_rows(self, label: int, scores: np.ndarray, boxes: np.ndarray) -> list[np.ndarray]:
+    def _class_rows(self, label: int, scores: np.ndarray, boxes: np.ndarray) -> np.ndarray:
         """One class's surviving rows: scores over the threshold, sorted, cut, NMS."""
         (passed,) = np.nonzero(scores > _F32(self.confidence_threshold))
         if passed.size == 0:
-            return []
+            return np.zeros((0, _ROW), _F32)
         class_scores = scores[passed]
         order = qsort_descent_order(class_scores, self.nms_top_k)
         picked = passed[order]
@@ -367,7 +365,7 @@ class DetectionOutput(Layer):
         rows[:, 0] = label
         rows[:, 1] = scores[kept]
         rows[:, 2:] = boxes[kept]
-        return list(rows)
+        return rows
 
 
 def _nms_keep(boxes: np.ndarray, threshold: float) -> np.ndarray:
