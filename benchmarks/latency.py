@@ -36,7 +36,7 @@ import numpy as np
 from _common import MODELS, emit, model_names
 
 from asyncvk import Net, Option, get_gpu_info
-from asyncvk.layers import convolution
+from asyncvk.layers import _strided_gemm, convolution
 
 
 def _stats(times: list[float]) -> dict[str, float]:
@@ -111,7 +111,14 @@ async def asyncvk_latency(d: Path, loops: int, fp16: bool) -> dict[str, Any]:
     return result
 
 
-VARIANTS = ("ncnn", "asyncvk", "asyncvk_fp16", "asyncvk_tiled_conv", "asyncvk_no_splitk")
+VARIANTS = (
+    "ncnn",
+    "asyncvk",
+    "asyncvk_fp16",
+    "asyncvk_tiled_conv",
+    "asyncvk_no_splitk",
+    "asyncvk_plain_gemm",
+)
 
 
 def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
@@ -123,6 +130,8 @@ def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
         convolution.TILED_SHADER = "never" if get_gpu_info().is_cpu else "always"
     if variant == "asyncvk_no_splitk":  # deep convolutions on the one-output shader too
         convolution.SPLITK_SHADER = "never"
+    if variant == "asyncvk_plain_gemm":  # gemm.comp where gemm_tiled.comp would run
+        _strided_gemm.TILED_GEMM = "never"
     return asyncio.run(asyncvk_latency(d, loops, variant == "asyncvk_fp16"))
 
 

@@ -101,8 +101,21 @@ def _gemm_model(tmp_path: Path, case: GemmCase) -> tuple[Model, dict[str, np.nda
     return model, inputs
 
 
+@pytest.mark.parametrize("tiled", ["always", "never"])
 @pytest.mark.parametrize("case", GEMM_CASES, ids=[c.id for c in GEMM_CASES])
-async def test_gemm_matches_ncnn(device: VulkanDevice, tmp_path: Path, case: GemmCase) -> None:
+async def test_gemm_matches_ncnn(
+    device: VulkanDevice,
+    tmp_path: Path,
+    case: GemmCase,
+    tiled: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both product shaders (gemm_tiled.comp on CPU devices, gemm.comp on GPUs)."""
+    from asyncvk.layers import _strided_gemm
+
+    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", tiled)
+    if tiled == "never":
+        assert not _strided_gemm.tiled_gemm_fits(device.info)
     model, inputs = _gemm_model(tmp_path, case)
     await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm")
 
