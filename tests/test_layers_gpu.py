@@ -317,9 +317,9 @@ async def test_every_convolution_shader(
 
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:
-    """On a GPU (not a CPU device) a layer with >= SPLITK_MIN_TAPS taps per output gets the
-    split-K pipeline beside the one-output one; a shallow layer, a grouped one or any layer on
-    a CPU device does not (lavapipe runs the tiled shader)."""
+    """On a GPU (not a CPU device) a layer with enough taps per output gets the split-K pipeline
+    beside the one-output one, and a plan uses it for small output maps only; a shallow layer,
+    a grouped one or any layer on a CPU device does not get it (lavapipe runs the tiled one)."""
     import dataclasses
 
     from asyncvk.layers import convolution
@@ -327,17 +327,29 @@ def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -
     from asyncvk.layers._paramdict import ParamDict
     from asyncvk.shader import ShaderOptions
 
+    def layer(params: dict[int, int | float]) -> convolution.Convolution:
+        conv = convolution.Convolution()
+        conv.load_param(ParamDict(params))
+        return conv
+
     def specs(params: dict[int, int | float], info: GpuInfo) -> set[str]:
-        layer = convolution.Convolution()
-        layer.load_param(ParamDict(params))
-        return set(layer.pipeline_specs(GpuTarget(ShaderOptions(), info)))
+        return set(layer(params).pipeline_specs(GpuTarget(ShaderOptions(), info)))
 
     if not device.info.subgroup_operations & 0x4:
         pytest.skip("no subgroup arithmetic on this device")
     gpu = dataclasses.replace(device.info, device_type=2)  # a discrete GPU, as far as asked
-    taps = convolution.SPLITK_MIN_TAPS
+    taps, most_pixels, most_outputs = convolution.SPLITK_POINTWISE
     deep = {0: 8, 1: 1, 6: 8 * taps}
     assert specs(deep, gpu) == {"conv", "conv_splitk"}
     assert specs({0: 8, 1: 1, 6: 8 * (taps - 1)}, gpu) == {"conv"}
     assert specs({**deep, 7: 2, 6: 8 * taps // 2}, gpu) == {"conv"}  # grouped
     assert specs(deep, device.info) == ({"conv"} if device.info.is_cpu else {"conv", "conv_splitk"})
+    # which one a plan records: by the output map and the output count
+    assert layer(deep)._splitk_for(gpu, (8, 7, 7))
+    assert not layer(deep)._splitk_for(gpu, (8, most_pixels + 1, 1))
+    assert not layer(deep)._splitk_for(gpu, (most_outputs // 49 + 1, 7, 7))
+    spatial_taps, spatial_pixels, _ = convolution.SPLITK_SPATIAL
+    side = int(spatial_pixels**0.5)
+    k3 = {0: 8, 1: 3, 6: 8 * 9 * (spatial_taps // 9 + 1)}
+    assert layer(k3)._splitk_for(gpu, (8, 7, 7))
+    assert not layer(k3)._splitk_for(gpu, (8, side + 1, side + 1))

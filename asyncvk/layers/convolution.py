@@ -48,17 +48,16 @@ _TILE_OX = 4  # output columns per invocation in convolution_tiled.comp
 #: 4-8x faster on lavapipe, where every per-lane load is a scalar loop; 1.5-9x slower on an
 #: H100, which wants one invocation per output for occupancy), "always" or "never" (benchmarks).
 TILED_SHADER = "cpu"
-#: Where ungrouped convolutions with at least SPLITK_MIN_TAPS taps per output (in_c * kernel
-#: area) and at most SPLITK_MAX_OUTPUTS outputs use convolution_splitk.comp, a subgroup per 4
-#: outputs splitting the input channels: "gpu" (devices that are not CPUs and have subgroup
-#: arithmetic), "always" (any size; tests) or "never". Measured on the H100 (latency.py
-#: --variants asyncvk,asyncvk_no_splitk, 2026-11-23): deep layers on small maps gain
-#: (MobileNetV2 2.50 -> 1.64 ms, the RRDB 14.1 -> 11.1 ms, FastestDet 7.2 -> 4.4 ms); large maps
-#: lose (vgg16 with it on every layer: 10.5 -> 49.8 ms), hence the output bound, checked when a
-#: plan records (both pipelines are built for layers with that many taps).
+#: Where ungrouped convolutions of small output maps use convolution_splitk.comp (a subgroup
+#: per 4 outputs of one channel, its lanes splitting the input channels): "gpu" (devices that
+#: are not CPUs and have subgroup arithmetic), "always" (any layer; tests) or "never". The rule
+#: comes from a per-layer GPU timing of both shaders on the H100 (2026-11-23, 7 models,
+#: `results/splitk_layers_h100.json`): 1x1 layers win 1.2-5x on maps up to 22x22, 3x3 and 5x5
+#: ones up to 14x14 with few outputs; every larger map loses, up to 8x (vgg16's 224x224).
 SPLITK_SHADER = "gpu"
-SPLITK_MIN_TAPS = 512
-SPLITK_MAX_OUTPUTS = 150_000
+#: (taps per output, largest map h*w, most outputs) for 1x1 kernels and for larger ones
+SPLITK_POINTWISE = (64, 512, 150_000)
+SPLITK_SPATIAL = (400, 196, 25_088)
 _SPLITK_LOCAL = (64, 1, 1)
 _SPLITK_PIXELS = 4  # output pixels per subgroup
 _SUBGROUP_FEATURE_ARITHMETIC = 0x4
@@ -336,7 +335,20 @@ class Convolution(ConvParams):
         if not usable or self._tiled(info):
             return False
         taps = self.weight_data_size // max(1, self.num_output)
-        return SPLITK_SHADER == "always" or (not info.is_cpu and taps >= SPLITK_MIN_TAPS)
+        return SPLITK_SHADER == "always" or (not info.is_cpu and taps >= self._splitk_bounds()[0])
+
+    def _splitk_bounds(self) -> tuple[int, int, int]:
+        pointwise = self.kernel_w == 1 and self.kernel_h == 1
+        return SPLITK_POINTWISE if pointwise else SPLITK_SPATIAL
+
+    def _splitk_for(self, info: GpuInfo, output: Shape) -> bool:
+        """Whether a plan records this layer's ``output`` with the split-K shader."""
+        if not self._splitk(info):
+            return False
+        oc, oh, ow = output
+        _, most_pixels, most_outputs = self._splitk_bounds()
+        small = oh * ow <= most_pixels and oc * oh * ow <= most_outputs
+        return SPLITK_SHADER == "always" or small
 
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         """The shader, and the output columns and channels one invocation computes."""
@@ -387,9 +399,7 @@ class Convolution(ConvParams):
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         buffers = blobs_and_weights(ctx, [source], [output])
-        if self._splitk(ctx.info) and (
-            SPLITK_SHADER == "always" or oc * oh * ow <= SPLITK_MAX_OUTPUTS
-        ):  # a subgroup per _SPLITK_PIXELS outputs of one channel
+        if self._splitk_for(ctx.info, output.shape):  # a subgroup per _SPLITK_PIXELS outputs
             subgroups = max(1, _SPLITK_LOCAL[0] // ctx.info.subgroup_size)
             items = oc * math.ceil(oh * ow / _SPLITK_PIXELS)
             groups = capped_groups((math.ceil(items / subgroups), 1, 1), ctx.info)

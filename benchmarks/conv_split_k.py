@@ -1,0 +1,75 @@
+"""Per-layer GPU time of every Convolution with the one-output shader and with the split-K one.
+
+    python benchmarks/conv_split_k.py MODEL_DIR [MODEL_DIR ...] > FILE.json
+
+Each folder holds model.param, model.bin, input.npy (and meta.json for suite models). Both runs
+use the dispatch profiler (a timestamp around each dispatch), median of 8 extractions; the
+output lists, per model and layer, kernel size, taps per output (in_c * kernel area), output
+shape, ``ms`` (convolution.comp) and ``splitk_ms`` (convolution_splitk.comp). The rule in
+``asyncvk/layers/convolution.py`` (SPLITK_POINTWISE, SPLITK_SPATIAL) was read off this, on the
+H100 (``results/splitk_layers_h100.json``).
+"""
+
+import asyncio
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from asyncvk import Net
+from asyncvk.layers import convolution
+from asyncvk.net._dispatch_profile import ProfilingExtractor
+
+
+async def profile(d: Path, mode: str) -> dict[str, dict[str, Any]]:
+    """Every Convolution's median GPU ms in model folder ``d`` with SPLITK_SHADER = ``mode``."""
+    convolution.SPLITK_SHADER = mode
+    meta = {"input": "in0", "output": "out0"}
+    if (d / "meta.json").exists():
+        meta = json.loads((d / "meta.json").read_text())
+    x = np.load(d / "input.npy")
+    async with Net() as net:
+        await net.load_param(d / "model.param")
+        await net.load_model(d / "model.bin")
+        assert net.graph is not None
+        nodes = {n.layer.name: n for n in net.graph.nodes}
+        times: dict[str, list[float]] = {}
+        async with ProfilingExtractor(net) as ex:
+            for _ in range(8):
+                ex.input(meta["input"], x)
+                await ex.extract(meta["output"])
+                assert ex.profile is not None
+                for t in ex.profile.dispatches:
+                    if t.layer_type == "Convolution":
+                        times.setdefault(t.layer, []).append(t.gpu_ms)
+            plan = next(iter(ex._plans.values()))
+            out: dict[str, dict[str, Any]] = {}
+            for name, ts in times.items():
+                node = nodes[name]
+                layer = node.layer
+                assert isinstance(layer, convolution.Convolution)
+                out[name] = {
+                    "ms": statistics.median(ts),
+                    "k": layer.kernel_w,
+                    "taps": layer.weight_data_size // max(1, layer.num_output),
+                    "out": plan.shapes.get(node.tops[0]),
+                }
+            return out
+
+
+def main() -> None:
+    report = {}
+    for d in map(Path, sys.argv[1:]):
+        one = asyncio.run(profile(d, "never"))
+        split = asyncio.run(profile(d, "always"))
+        report[d.name] = [
+            {"layer": k, **one[k], "splitk_ms": split.get(k, {}).get("ms")} for k in one
+        ]
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
