@@ -432,3 +432,33 @@ async def test_serve_reports_the_remote_cache_in_metrics(
         assert metrics["asyncvk_remote_cache_errors_total"] == 0
     finally:
         second.stop()
+
+
+async def test_an_empty_local_cache_imports_the_client_early(
+    server: RedisServer, tmp_path: Path
+) -> None:
+    """A run that names a store and has no local cache will read the store: the client's import
+    starts beside load_param (only when the store answers); a run with a local cache does not
+    start it."""
+    from asyncvk._runner import RunConfig, _remote_client_import
+
+    def started(**where: str) -> object:
+        return _remote_client_import(RunConfig("p", "b", remote_cache=server.url, **where))
+
+    (tmp_path / "file.vkcache").write_bytes(b"x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "entry").write_bytes(b"x")
+    (tmp_path / "empty").mkdir()
+    assert started(cache_file=str(tmp_path / "file.vkcache")) is None
+    assert started(cache_dir=str(tmp_path / "full")) is None
+    for where in (
+        {"cache_file": str(tmp_path / "absent.vkcache")},
+        {"cache_dir": str(tmp_path / "empty")},
+        {"cache_dir": str(tmp_path / "absent")},
+        {},
+    ):
+        task = _remote_client_import(RunConfig("p", "b", remote_cache=server.url, **where))
+        assert task is not None and await task, where
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    task = _remote_client_import(RunConfig("p", "b", remote_cache=down))
+    assert task is not None and not await task  # refused: nothing imported for it

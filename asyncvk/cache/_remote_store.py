@@ -15,6 +15,7 @@ import asyncio
 import importlib.util
 import math
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -180,6 +181,26 @@ async def probe_store(settings: RemoteSettings) -> None:
         await writer.wait_closed()
     except OSError:
         pass
+
+
+def _import_client() -> None:
+    try:
+        importlib.import_module(f"{__package__}._redis_store")
+    except ImportError:  # open_store raises it, with the package named, where it is needed
+        pass
+
+
+async def start_client_import(settings: RemoteSettings) -> bool:
+    """For a process that will read the store (its local cache is empty): once the store
+    answers, import its client (~0.2 s of imports) on a thread, while the main thread waits for
+    the device; the load then finds it imported. A store that does not answer costs nothing:
+    the load's own probe reports it. Whether the import was started."""
+    try:
+        await probe_store(settings)
+    except (RemoteStoreError, ValueError):
+        return False
+    threading.Thread(target=_import_client, name="asyncvk-import-redis", daemon=True).start()
+    return True
 
 
 def open_store(settings: RemoteSettings) -> RemoteStore:
