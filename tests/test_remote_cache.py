@@ -3,6 +3,7 @@ is absent or dies mid-load, damaged, foreign, unsigned and expired values, racin
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ from redis_server import RedisServer, free_port
 
 from asyncvk import Net, Option
 from asyncvk.cache._remote_store import parse_remote_url
-from asyncvk.cache._remote_tier import remote_state
+from asyncvk.cache._remote_tier import remote_state, remote_tier_for
 from asyncvk.cache._remote_values import (
     blob_index_key,
     blob_value_key,
@@ -228,6 +229,19 @@ async def test_a_server_killed_mid_load_turns_the_tier_off(
     await again.aclose()
     warnings = [r for r in caplog.records if "turned off" in r.getMessage()]
     assert len(warnings) == 1
+
+
+async def test_two_tasks_opening_the_store_share_one_connection(server: RedisServer) -> None:
+    """Two loads of one tier reaching the store at once open one client, not one each (the
+    other's connection would leak)."""
+    tier = remote_tier_for(server.url)
+    assert tier is not None
+    first, second = await asyncio.gather(tier._open(), tier._open())
+    await first.get_many(["absent"])
+    await second.get_many(["absent"])
+    with server.client() as c:
+        assert len(c.client_list()) == 2  # this test's client and the tier's one
+    await tier.aclose()
 
 
 async def _filled(url: str, **option: Any) -> dict[str, Any]:

@@ -165,6 +165,8 @@ class RemoteTier:
         self.secret = secret
         self.state = remote_state(settings.display)
         self._store: RemoteStore | None = None
+        #: made on the running loop at the first open: two tasks opening at once share a store
+        self._open_lock: asyncio.Lock | None = None
         #: SPIR-V keys the loaded models need, and those the store is known to hold
         self._wanted: set[SpirvKey] = set()
         self._remote_has: set[SpirvKey] = set()
@@ -182,12 +184,15 @@ class RemoteTier:
         return {**self.state.report(), "signed": self.secret is not None}
 
     async def _open(self) -> RemoteStore:
-        if self._store is None:
-            # a server that is down is found without importing the client (~0.2 s of imports)
-            await probe_store(self.settings)
-            # importing the client: not on the event loop
-            self._store = await run_sync(open_store, self.settings)
-        return self._store
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:  # a second opener waits, or it would leak a connection
+            if self._store is None:
+                # a server that is down is found without importing the client (~0.2 s)
+                await probe_store(self.settings)
+                # importing the client: not on the event loop
+                self._store = await run_sync(open_store, self.settings)
+            return self._store
 
     def _turn_off(self, reason: str) -> None:
         state = self.state

@@ -125,6 +125,9 @@ class Net:
         if self.graph is None:
             raise ModelFormatError("load_param must be called before load_model")
         await self._retire_model()
+        if self._pending_push is not None:  # the previous load's push, before this load's
+            pending, self._pending_push = self._pending_push, None
+            await pending
         start = time.perf_counter()
         model_source = _read_source(source)
         reader = await run_sync(ModelBinReader.open, model_source)
