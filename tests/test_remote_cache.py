@@ -244,6 +244,30 @@ async def test_two_tasks_opening_the_store_share_one_connection(server: RedisSer
     await tier.aclose()
 
 
+async def test_a_push_that_fails_unexpectedly_loses_neither_the_save_nor_the_load(
+    device: VulkanDevice, server: RedisServer, tmp_path: Path
+) -> None:
+    """A push failing with something other than the store's error (a bug, a malformed reply)
+    turns the tier off like a store error; the cache folder is still saved."""
+    net = await _load(server.url, cache_dir=tmp_path / "cache", graph_key="cunet")
+    assert net._remote is not None and net._remote._store is not None  # read at load
+
+    async def malformed(keys: object) -> list[bool]:
+        raise ValueError("a reply that is not a list")
+
+    net._remote._store.exists_many = malformed  # type: ignore[method-assign]
+    await net.flush_cache()  # the push runs: it must not raise
+    status = net.remote_status
+    assert status is not None and not status["on"] and status["errors"] == 1
+    assert "ValueError: a reply that is not a list" in status["off_reason"]
+    assert net.cache_status is not None
+    await net.aclose()
+    assert [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    again = await _load(server.url, cache_dir=tmp_path / "cache", graph_key="cunet")
+    assert again.cache_status is not None and again.cache_status["loaded"], again.cache_status
+    await again.aclose()
+
+
 async def _filled(url: str, **option: Any) -> dict[str, Any]:
     """Load once so the store holds the model; the counters of that load."""
     net = await _load(url, **option)

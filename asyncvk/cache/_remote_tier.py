@@ -359,6 +359,8 @@ class RemoteTier:
             await self._push_blob(cache, store, blob, built_new)
         except RemoteStoreError as exc:
             self._turn_off(str(exc))
+        except Exception as exc:  # fail-open: a push never fails the caller, nor the save
+            self._turn_off(f"push: {type(exc).__name__}: {exc}")
 
     def _seal_entries(
         self, cache: PipelineCache, keys: list[SpirvKey], entries: dict[SpirvKey, bytes]

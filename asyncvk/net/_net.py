@@ -253,16 +253,18 @@ class Net:
         return await folder.save(cache)
 
     async def flush_cache(self) -> None:
-        """Wait for the background save of the cache folder (and save anything newer) and for
-        the remote tier's push."""
-        if self._pending_push is not None:
-            await self._pending_push
-            self._pending_push = None
-        if self._pending_save is not None:
-            await self._pending_save
-            self._pending_save = None
-        if self._autosaver is not None and self.cache is not None and not self.cache.closed:
-            await self._autosaver.save_now()
+        """Wait for the background save of the cache folder (and save anything newer), then for
+        the remote tier's push: the local save never depends on the push."""
+        try:
+            if self._pending_save is not None:
+                await self._pending_save
+                self._pending_save = None
+            if self._autosaver is not None and self.cache is not None and not self.cache.closed:
+                await self._autosaver.save_now()
+        finally:
+            if self._pending_push is not None:
+                pending, self._pending_push = self._pending_push, None
+                await pending
 
     # -- execution -------------------------------------------------------------------------------
 
