@@ -408,6 +408,21 @@ def test_a_bad_url_is_one_line_naming_the_option(url: str, needle: str) -> None:
     assert proc.stderr.count("\n") == 1, proc.stderr
 
 
+@pytest.mark.parametrize(
+    "url", ["redis://me:s3cret@h:notaport/0", "http://me:s3cret@h:1/0", "redis://:s3cret@/0"]
+)
+def test_a_bad_url_error_never_shows_the_password(url: str) -> None:
+    with pytest.raises(ValueError) as error:
+        parse_remote_url(url, where="--remote-cache")
+    assert "s3cret" not in str(error.value) and ":***@" in str(error.value)
+
+
+def test_reprs_never_show_the_secrets() -> None:
+    assert "s3cret" not in repr(Option(remote_cache_key="s3cret"))
+    settings = parse_remote_url("redis://me:s3cret@h:1/0")
+    assert "s3cret" not in repr(settings) and "s3cret" not in settings.display
+
+
 def test_without_the_redis_package_the_error_names_it(tmp_path: Path) -> None:
     script = (
         "import sys; sys.modules['redis'] = None\n"

@@ -17,7 +17,7 @@ import math
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -45,7 +45,8 @@ class RemoteSettings:
     written or accepted, in bytes; ``max_blobs``: driver blobs merged per device identity.
     """
 
-    url: str
+    #: may hold a password: not in the repr (``display`` is the URL without it)
+    url: str = field(repr=False)
     timeout: float = DEFAULT_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     ttl: float = DEFAULT_TTL
@@ -80,23 +81,38 @@ _KNOBS = {
 }
 
 
+def without_password(url: str) -> str:
+    """``url`` with the password of its user part replaced by ``***``; works on a URL that
+    does not parse (a bad port), as the error message for it needs it."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    end = min([i for i in map(rest.find, "/?#") if i >= 0], default=len(rest))
+    user_part, at, host = rest[:end].rpartition("@")
+    if not at or ":" not in user_part:
+        return url
+    user = user_part.partition(":")[0]
+    return f"{scheme}://{user}:***@{host}{rest[end:]}"
+
+
 def parse_remote_url(url: str, *, where: str = "remote cache") -> RemoteSettings:
     """Check ``url`` and take asyncvk's parameters out of its query; ValueError names the fault.
 
     ``where`` says who gave the URL (``--remote-cache``, ``ASYNCVK_REMOTE_CACHE``).
     """
+    shown = without_password(url)  # an error message never shows the password
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
     except ValueError as exc:
-        raise ValueError(f"{where} {url!r}: not a URL ({exc})") from None
+        raise ValueError(f"{where} {shown!r}: not a URL ({exc})") from None
     if parts.scheme not in SCHEMES:
         raise ValueError(
-            f"{where} {url!r}: unsupported scheme {parts.scheme!r} "
+            f"{where} {shown!r}: unsupported scheme {parts.scheme!r} "
             f"(expected {', '.join(s + '://' for s in SCHEMES)})"
         )
     if parts.scheme != "unix" and not parts.hostname:
-        raise ValueError(f"{where} {url!r}: no host (expected redis://HOST:PORT/DB)")
+        raise ValueError(f"{where} {shown!r}: no host (expected redis://HOST:PORT/DB)")
     knobs: dict[str, float | int] = {}
     rest = []
     for name, text in parse_qsl(parts.query, keep_blank_values=True):

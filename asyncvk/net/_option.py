@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +39,8 @@ class Option:
     graph_key: str | None = None
     autosave_interval: float = 2.0
     remote_cache: str | None = None
-    remote_cache_key: str | bytes | None = None
+    #: a secret: not in the repr
+    remote_cache_key: str | bytes | None = field(default=None, repr=False)
 
     def shader_options(self) -> ShaderOptions:
         return ShaderOptions(
