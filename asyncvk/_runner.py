@@ -103,9 +103,9 @@ def _remote_client_import(config: RunConfig) -> asyncio.Task[bool] | None:
     absent folder), it will read the store: start its client's import now, beside load_param
     and the device's opening (on the H100 a warm-from-Redis load took 0.10-0.13 s against a
     local file's 0.03 s, most of it that import)."""
-    url = config.remote_cache
-    if url is None:
-        url = os.environ.get("ASYNCVK_REMOTE_CACHE", "")
+    from .cache._remote_store import configured_remote_url, parse_remote_url, start_client_import
+
+    url, where = configured_remote_url(config.remote_cache)
     if not url:
         return None
     folder = config.cache_dir
@@ -118,10 +118,8 @@ def _remote_client_import(config: RunConfig) -> asyncio.Task[bool] | None:
         local_empty = True
     if not local_empty:
         return None
-    from .cache._remote_store import parse_remote_url, start_client_import
-
     try:
-        settings = parse_remote_url(url)
+        settings = parse_remote_url(url, where=where)
     except ValueError:  # the tier reports it, naming where the URL came from
         return None
     return asyncio.ensure_future(start_client_import(settings))

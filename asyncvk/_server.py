@@ -45,6 +45,7 @@ from ._server_body import (
     encode_reply,
     read_inputs,
 )
+from .cache._remote_state import metric_lines as remote_metric_lines
 from .net._net import Net
 from .net._option import Option
 
@@ -175,7 +176,7 @@ async def metrics(request: web.Request) -> web.Response:
         ):
             lines.append(f"# TYPE asyncvk_{name} counter")
             lines.append(f"asyncvk_{name} {value}")
-    lines += _remote_cache_lines(net)
+    lines += remote_metric_lines(net.remote_status)
     warm = 1 if net.cache_status and net.cache_status.get("loaded") else 0
     lines += [
         "# TYPE asyncvk_model_load_seconds gauge",
@@ -191,32 +192,6 @@ async def metrics(request: web.Request) -> web.Response:
         body=("\n".join(lines) + "\n").encode(),
         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
     )
-
-
-#: The remote cache's counters in /metrics: report field -> metric name.
-_REMOTE_COUNTERS = {
-    "hits": "hits_total",
-    "misses": "misses_total",
-    "rejected": "rejected_total",
-    "errors": "errors_total",
-    "bytes_read": "read_bytes_total",
-    "bytes_written": "written_bytes_total",
-    "pushed": "pushed_total",
-}
-
-
-def _remote_cache_lines(net: Net) -> list[str]:
-    """``asyncvk_remote_cache_*``: the remote tier's counters, and 1 while it is on."""
-    status = net.remote_status
-    if status is None:
-        return []
-    lines = []
-    for field, name in _REMOTE_COUNTERS.items():
-        lines.append(f"# TYPE asyncvk_remote_cache_{name} counter")
-        lines.append(f"asyncvk_remote_cache_{name} {status[field]}")
-    lines.append("# TYPE asyncvk_remote_cache_up gauge")
-    lines.append(f"asyncvk_remote_cache_up {int(status['on'])}")
-    return lines
 
 
 async def _warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:

@@ -20,8 +20,9 @@ from conftest import OTHER_IDENTITY
 from redis_server import RedisServer, free_port
 
 from asyncvk import Net, Option
+from asyncvk.cache._remote_state import remote_state
 from asyncvk.cache._remote_store import parse_remote_url
-from asyncvk.cache._remote_tier import remote_state, remote_tier_for
+from asyncvk.cache._remote_tier import remote_tier_for
 from asyncvk.cache._remote_values import (
     blob_index_key,
     blob_value_key,
@@ -268,6 +269,22 @@ async def test_a_push_that_fails_unexpectedly_loses_neither_the_save_nor_the_loa
     await again.aclose()
 
 
+def test_a_tier_turned_off_counts_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many operations fail after the first, the tier is off once: one error."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    monkeypatch.setenv("ASYNCVK_REMOTE_CACHE", url)
+    tier = remote_tier_for(None)  # the variable names it
+    assert tier is not None and tier.settings.display == url
+    tier._turn_off("connection refused")
+    tier._turn_off("connection refused again")
+    report = tier.report()
+    assert (report["on"], report["errors"], report["off_reason"]) == (
+        False,
+        1,
+        "connection refused",
+    )
+
+
 async def _filled(url: str, **option: Any) -> dict[str, Any]:
     """Load once so the store holds the model; the counters of that load."""
     net = await _load(url, **option)
@@ -472,6 +489,7 @@ async def test_serve_reports_the_remote_cache_in_metrics(
         assert metrics["asyncvk_remote_cache_up"] == 1 and metrics["asyncvk_spirv_compiles"] > 0
         assert metrics["asyncvk_remote_cache_pushed_total"] > 0
         assert metrics["asyncvk_remote_cache_written_bytes_total"] > 0
+        assert metrics["asyncvk_remote_cache_too_large_total"] == 0
     finally:
         first.stop()
     second = Server(tmp_path / "two", "--remote-cache", server.url)

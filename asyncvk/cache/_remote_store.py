@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+#: Where a process that names no remote cache finds one.
+URL_VARIABLE = "ASYNCVK_REMOTE_CACHE"
 #: Scheme -> what ``open_store`` opens it with (documented in docs/cache-format.md).
 SCHEMES = ("redis", "rediss", "unix")
 #: Seven days: long enough for a fleet's restarts, short enough that old drivers' blobs go.
@@ -79,6 +81,14 @@ _KNOBS = {
     "max_value": (int, 1),
     "max_blobs": (int, 1),
 }
+
+
+def configured_remote_url(url: str | None) -> tuple[str, str]:
+    """The remote cache URL to use ("": none) and who gave it, for error messages: ``url``
+    itself, or ``ASYNCVK_REMOTE_CACHE`` when ``url`` is None."""
+    if url is None:
+        return os.environ.get(URL_VARIABLE) or "", URL_VARIABLE
+    return url, "remote cache"
 
 
 def without_password(url: str) -> str:
@@ -163,14 +173,20 @@ class RemoteStore(Protocol):
     async def aclose(self) -> None: ...
 
 
+def _missing_package(settings: RemoteSettings, cause: ImportError | None = None) -> ValueError:
+    """The set-up error for a store whose client package is not installed."""
+    why = "" if cause is None else f": {cause}"
+    return ValueError(
+        f"the remote cache {settings.display} needs the 'redis' package "
+        f"(pip install 'asyncvk[remote]'){why}"
+    )
+
+
 def _check_store_module(settings: RemoteSettings) -> None:
     """ValueError naming the package a scheme needs when it is missing (found without importing
     it: a configured remote cache that cannot be used is a set-up error, not a miss)."""
     if importlib.util.find_spec("redis") is None:
-        raise ValueError(
-            f"the remote cache {settings.display} needs the 'redis' package "
-            "(pip install 'asyncvk[remote]')"
-        )
+        raise _missing_package(settings)
 
 
 async def probe_store(settings: RemoteSettings) -> None:
@@ -226,9 +242,6 @@ def open_store(settings: RemoteSettings) -> RemoteStore:
         try:
             from ._redis_store import RedisStore
         except ImportError as exc:
-            raise ValueError(
-                f"the remote cache {settings.display} needs the 'redis' package "
-                f"(pip install 'asyncvk[remote]'): {exc}"
-            ) from exc
+            raise _missing_package(settings, exc) from exc
         return RedisStore(settings)
     raise ValueError(f"no store for {settings.display}")

@@ -21,20 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import AsyncVkError
 from .._threads import run_sync
 from ..gpu._driver_cache import blob_holds_pipelines
 from ._keys import SpirvKey
+from ._remote_state import remote_state
 from ._remote_store import (
     RemoteSettings,
     RemoteStore,
     RemoteStoreError,
+    configured_remote_url,
     open_store,
     parse_remote_url,
     probe_store,
@@ -57,70 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("asyncvk.cache.remote")
 
-URL_VARIABLE = "ASYNCVK_REMOTE_CACHE"
 KEY_VARIABLE = "ASYNCVK_REMOTE_CACHE_KEY"
-
-
-@dataclass
-class RemoteCounters:
-    """What a process did with one remote cache (every Net using that URL together)."""
-
-    #: values used: SPIR-V entries and driver blobs
-    hits: int = 0
-    #: values looked for and not used: absent, or rejected by a check
-    misses: int = 0
-    #: of the misses, values that were there and failed a check
-    rejected: int = 0
-    #: store failures (each turns the tier off, so at most one per URL and process)
-    errors: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    #: values written
-    pushed: int = 0
-    #: values not written because they are larger than ``max_value``
-    too_large: int = 0
-
-
-@dataclass
-class RemoteState:
-    """One URL's counters and on/off switch, shared by every tier of the process."""
-
-    display: str
-    counters: RemoteCounters = field(default_factory=RemoteCounters)
-    off_reason: str | None = None
-    #: the last rejections, with their reasons (newest last)
-    rejections: deque[str] = field(default_factory=lambda: deque(maxlen=16))
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, **deltas: int) -> None:
-        with self._lock:
-            for name, delta in deltas.items():
-                setattr(self.counters, name, getattr(self.counters, name) + delta)
-
-    def report(self) -> dict[str, Any]:
-        with self._lock:
-            out: dict[str, Any] = {"url": self.display, "on": self.off_reason is None}
-            out.update(asdict(self.counters))
-        if self.off_reason is not None:
-            out["off_reason"] = self.off_reason
-        if self.rejections:
-            out["rejections"] = list(self.rejections)
-        return out
-
-
-_STATES: dict[str, RemoteState] = {}
-_STATES_LOCK = threading.Lock()
-
-
-def remote_state(display: str) -> RemoteState:
-    with _STATES_LOCK:
-        return _STATES.setdefault(display, RemoteState(display))
-
-
-def remote_states() -> list[RemoteState]:
-    """Every remote cache this process has used (for ``/metrics``)."""
-    with _STATES_LOCK:
-        return list(_STATES.values())
 
 
 def resolve_secret(secret: str | bytes | None) -> bytes | None:
@@ -137,9 +73,7 @@ def remote_tier_for(url: str | None, secret: str | bytes | None = None) -> Remot
 
     Raises ValueError for a malformed URL, naming where it came from.
     """
-    where = "remote cache"
-    if url is None:
-        url, where = os.environ.get(URL_VARIABLE) or "", URL_VARIABLE
+    url, where = configured_remote_url(url)
     if not url:
         return None
     return RemoteTier(parse_remote_url(url, where=where), resolve_secret(secret))
@@ -196,8 +130,8 @@ class RemoteTier:
 
     def _turn_off(self, reason: str) -> None:
         state = self.state
-        state.add(errors=1)
-        if state.off_reason is None:
+        if state.off_reason is None:  # one error per URL and process: the tier is off after it
+            state.add(errors=1)
             state.off_reason = reason
             log.warning(
                 "remote pipeline cache turned off for this process, loading goes on without it: %s",

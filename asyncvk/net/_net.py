@@ -215,17 +215,15 @@ class Net:
     def _remote_tier(self) -> RemoteTier | None:
         """The remote tier ``Option.remote_cache`` names (ValueError for a malformed URL)."""
         if not self._remote_resolved:
-            if self._remote_configured():
+            from ..cache._remote_store import configured_remote_url  # stdlib only: no client
+
+            if configured_remote_url(self.opt.remote_cache)[0]:
                 # imported only with a remote cache: start-up without one is unchanged
                 from ..cache._remote_tier import remote_tier_for
 
                 self._remote = remote_tier_for(self.opt.remote_cache, self.opt.remote_cache_key)
             self._remote_resolved = True
         return self._remote
-
-    def _remote_configured(self) -> bool:
-        url = self.opt.remote_cache
-        return bool(url or (url is None and os.environ.get("ASYNCVK_REMOTE_CACHE")))
 
     @property
     def remote_status(self) -> dict[str, Any] | None:
