@@ -5,8 +5,8 @@
 Each folder holds model.param, model.bin, input.npy (and meta.json for suite models). Both runs
 use the dispatch profiler (a timestamp around each dispatch), median of 8 extractions; the
 output lists, per model and layer, kernel size, taps per output (in_c * kernel area), output
-shape, ``ms`` (convolution.comp) and ``splitk_ms`` (convolution_splitk.comp). The rule in
-``asyncvk/layers/convolution.py`` (SPLITK_POINTWISE, SPLITK_SPATIAL) was read off this, on the
+shape, ``ms`` (convolution.comp) and ``splitk_ms`` (convolution_conv_shaders.comp). The rule in
+``asyncvk/layers/_conv_shaders.py`` (SPLITK_POINTWISE, SPLITK_SPATIAL) was read off this, on the
 H100 (``results/splitk_layers_h100.json``).
 """
 
@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from asyncvk import Net
-from asyncvk.layers import convolution
+from asyncvk.layers import _conv_shaders, convolution
 from asyncvk.net._dispatch_profile import ProfilingExtractor
 
 
 async def profile(d: Path, mode: str) -> dict[str, dict[str, Any]]:
     """Every Convolution's median GPU ms in model folder ``d`` with SPLITK_SHADER = ``mode``."""
-    convolution.SPLITK_SHADER = mode
+    _conv_shaders.SPLITK_SHADER = mode
     meta = {"input": "in0", "output": "out0"}
     if (d / "meta.json").exists():
         meta = json.loads((d / "meta.json").read_text())

@@ -36,7 +36,7 @@ import numpy as np
 from _common import MODELS, emit, model_names
 
 from asyncvk import Net, Option, get_gpu_info
-from asyncvk.layers import _strided_gemm, convolution
+from asyncvk.layers import _conv_shaders, _strided_gemm
 
 
 def _stats(times: list[float]) -> dict[str, float]:
@@ -127,9 +127,9 @@ def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
         return ncnn_latency(d, loops)
     if variant == "asyncvk_tiled_conv":
         # the other convolution shader than this device type gets by default
-        convolution.TILED_SHADER = "never" if get_gpu_info().is_cpu else "always"
+        _conv_shaders.TILED_SHADER = "never" if get_gpu_info().is_cpu else "always"
     if variant == "asyncvk_no_splitk":  # deep convolutions on the one-output shader too
-        convolution.SPLITK_SHADER = "never"
+        _conv_shaders.SPLITK_SHADER = "never"
     if variant == "asyncvk_plain_gemm":  # gemm.comp where gemm_tiled.comp would run
         _strided_gemm.TILED_GEMM = "never"
     return asyncio.run(asyncvk_latency(d, loops, variant == "asyncvk_fp16"))

@@ -284,10 +284,10 @@ async def test_every_convolution_shader(
     """The tiled shader (chosen on CPU devices), the one-output shader and the split-K shader
     (chosen on GPUs, by the taps per output) all match the reference, whichever device runs
     the tests."""
-    from asyncvk.layers import convolution
+    from asyncvk.layers import _conv_shaders
 
-    monkeypatch.setattr(convolution, "TILED_SHADER", "always" if choice == "tiled" else "never")
-    monkeypatch.setattr(convolution, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if choice == "tiled" else "never")
+    monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
     param, weights = build(case)
     inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
     expected, cpu_net = await _run(case, False, inputs, param, weights)
@@ -322,7 +322,7 @@ def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -
     a grouped one or any layer on a CPU device does not get it (lavapipe runs the tiled one)."""
     import dataclasses
 
-    from asyncvk.layers import convolution
+    from asyncvk.layers import _conv_shaders, convolution
     from asyncvk.layers._gpu_api import GpuTarget
     from asyncvk.layers._paramdict import ParamDict
     from asyncvk.shader import ShaderOptions
@@ -338,7 +338,7 @@ def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -
     if not device.info.subgroup_operations & 0x4:
         pytest.skip("no subgroup arithmetic on this device")
     gpu = dataclasses.replace(device.info, device_type=2)  # a discrete GPU, as far as asked
-    taps, most_pixels, most_outputs = convolution.SPLITK_POINTWISE
+    taps, most_pixels, most_outputs = _conv_shaders.SPLITK_POINTWISE
     deep = {0: 8, 1: 1, 6: 8 * taps}
     assert specs(deep, gpu) == {"conv", "conv_splitk"}
     assert specs({0: 8, 1: 1, 6: 8 * (taps - 1)}, gpu) == {"conv"}
@@ -348,7 +348,7 @@ def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -
     assert layer(deep)._splitk_for(gpu, (8, 7, 7))
     assert not layer(deep)._splitk_for(gpu, (8, most_pixels + 1, 1))
     assert not layer(deep)._splitk_for(gpu, (most_outputs // 49 + 1, 7, 7))
-    spatial_taps, spatial_pixels, _ = convolution.SPLITK_SPATIAL
+    spatial_taps, spatial_pixels, _ = _conv_shaders.SPLITK_SPATIAL
     side = int(spatial_pixels**0.5)
     k3 = {0: 8, 1: 3, 6: 8 * 9 * (spatial_taps // 9 + 1)}
     assert layer(k3)._splitk_for(gpu, (8, 7, 7))

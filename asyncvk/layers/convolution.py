@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..gpu._info import GpuInfo
-from . import _int8
+from . import _conv_shaders, _int8
 from ._base import Layer, ModelBin, Shape
 from ._geometry import (
     SAME_LOWER,
@@ -42,25 +42,6 @@ from .activation import fused_activation, gpu_activation, validate_activation
 #: im2col columns made at once (elements): a large input is convolved in bands of rows.
 IM2COL_BUDGET = 1 << 24
 _LOCAL_2D = (8, 8, 1)
-_TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
-_TILE_OX = 4  # output columns per invocation in convolution_tiled.comp
-#: Where ungrouped convolutions use convolution_tiled.comp: "cpu" devices only (measured:
-#: 4-8x faster on lavapipe, where every per-lane load is a scalar loop; 1.5-9x slower on an
-#: H100, which wants one invocation per output for occupancy), "always" or "never" (benchmarks).
-TILED_SHADER = "cpu"
-#: Where ungrouped convolutions of small output maps use convolution_splitk.comp (a subgroup
-#: per 4 outputs of one channel, its lanes splitting the input channels): "gpu" (devices that
-#: are not CPUs and have subgroup arithmetic), "always" (any layer; tests) or "never". The rule
-#: comes from a per-layer GPU timing of both shaders on the H100 (2026-11-23, 7 models,
-#: `results/splitk_layers_h100.json`): 1x1 layers win 1.2-5x on maps up to 22x22, 3x3 and 5x5
-#: ones up to 14x14 with few outputs; every larger map loses, up to 8x (vgg16's 224x224).
-SPLITK_SHADER = "gpu"
-#: (taps per output, largest map h*w, most outputs) for 1x1 kernels and for larger ones
-SPLITK_POINTWISE = (64, 512, 150_000)
-SPLITK_SPATIAL = (400, 196, 25_088)
-_SPLITK_LOCAL = (64, 1, 1)
-_SPLITK_PIXELS = 4  # output pixels per subgroup
-_SUBGROUP_FEATURE_ARITHMETIC = 0x4
 
 
 class ConvParams(Layer):
@@ -319,41 +300,23 @@ class Convolution(ConvParams):
         return left, top
 
     def _tiled(self, info: GpuInfo) -> bool:
-        if self.group != 1 or TILED_SHADER == "never":
-            return False
-        return TILED_SHADER == "always" or info.is_cpu
+        return self.group == 1 and _conv_shaders.tiled(info)
 
     def _splitk(self, info: GpuInfo) -> bool:
         """Whether this layer also gets convolution_splitk.comp (used when the output is small)."""
-        if self.group != 1 or SPLITK_SHADER == "never" or self.int8_requested:
-            return False
-        size = info.subgroup_size
-        usable = bool(info.subgroup_operations & _SUBGROUP_FEATURE_ARITHMETIC) and (
-            _SPLITK_PIXELS <= (info.min_subgroup_size or size)
-            and max(info.max_subgroup_size, size) <= _SPLITK_LOCAL[0]
-        )
-        if not usable or self._tiled(info):
+        if self.group != 1 or self.int8_requested or self._tiled(info):
             return False
         taps = self.weight_data_size // max(1, self.num_output)
-        return SPLITK_SHADER == "always" or (not info.is_cpu and taps >= self._splitk_bounds()[0])
-
-    def _splitk_bounds(self) -> tuple[int, int, int]:
-        pointwise = self.kernel_w == 1 and self.kernel_h == 1
-        return SPLITK_POINTWISE if pointwise else SPLITK_SPATIAL
+        return _conv_shaders.offered(info, taps, (self.kernel_w, self.kernel_h))
 
     def _splitk_for(self, info: GpuInfo, output: Shape) -> bool:
         """Whether a plan records this layer's ``output`` with the split-K shader."""
-        if not self._splitk(info):
-            return False
-        oc, oh, ow = output
-        _, most_pixels, most_outputs = self._splitk_bounds()
-        small = oh * ow <= most_pixels and oc * oh * ow <= most_outputs
-        return SPLITK_SHADER == "always" or small
+        return self._splitk(info) and _conv_shaders.chosen(output, (self.kernel_w, self.kernel_h))
 
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         """The shader, and the output columns and channels one invocation computes."""
         if self._tiled(info):
-            return ("convolution_tiled", _TILE_OX, _TILE_OC)
+            return ("convolution_tiled", _conv_shaders.TILE_OX, _conv_shaders.TILE_OC)
         return ("convolution", 1, 1)
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
@@ -365,7 +328,9 @@ class Convolution(ConvParams):
         pipelines = {"conv": PipelineSpec(shader, specs, _LOCAL_2D)}
         if self._splitk(target.info):
             ungrouped = specs if shader != "convolution" else specs[:6] + specs[7:]
-            pipelines["conv_splitk"] = PipelineSpec("convolution_splitk", ungrouped, _SPLITK_LOCAL)
+            pipelines["conv_splitk"] = PipelineSpec(
+                "convolution_splitk", ungrouped, _conv_shaders.LOCAL
+            )
         if self.int8_requested:
             act = gpu_activation(self.activation_type, self.activation_params)
             requantize = self.int8_scale_term > 100
@@ -375,14 +340,7 @@ class Convolution(ConvParams):
     def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
         if not self._tiled(info):
             return weight
-        out_c = self.num_output
-        in_c = weight.size // (out_c * self.maxk)
-        padded = -(-out_c // _TILE_OC) * _TILE_OC
-        packed = np.zeros((padded, in_c, self.maxk), np.float32)
-        packed[:out_c] = weight.reshape(out_c, in_c, self.maxk)
-        # [out_c / 8][in_c][maxk][8]: the 8 channels of one tap are two consecutive vec4
-        blocks = packed.reshape(padded // _TILE_OC, _TILE_OC, in_c, self.maxk)
-        return np.ascontiguousarray(blocks.transpose(0, 2, 3, 1)).reshape(-1)
+        return _conv_shaders.pack_tiled(weight, self.num_output, self.maxk)
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         def convolve(source: GpuBlob) -> None:
@@ -399,10 +357,8 @@ class Convolution(ConvParams):
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         buffers = blobs_and_weights(ctx, [source], [output])
-        if self._splitk_for(ctx.info, output.shape):  # a subgroup per _SPLITK_PIXELS outputs
-            subgroups = max(1, _SPLITK_LOCAL[0] // ctx.info.subgroup_size)
-            items = oc * math.ceil(oh * ow / _SPLITK_PIXELS)
-            groups = capped_groups((math.ceil(items / subgroups), 1, 1), ctx.info)
+        if self._splitk_for(ctx.info, output.shape):
+            groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
             ctx.dispatch("conv_splitk", buffers, push, groups)
             return
         _, cols, chans = self.shader(ctx.info)

@@ -1,0 +1,88 @@
+"""Which shader an ungrouped convolution runs on a device: ``convolution_tiled.comp`` on CPU
+devices, ``convolution_splitk.comp`` for small output maps on GPUs, else ``convolution.comp``
+(one output per invocation).
+
+The tiled shader computes 8 channels x 4 columns per invocation from weights repacked as vec4
+blocks: 4-8x faster on lavapipe, where every per-lane load is a scalar loop, and 1.5-9x slower
+on an H100, which wants one invocation per output for occupancy.
+
+The split-K shader gives a subgroup 4 outputs of one channel, its lanes splitting the input
+channels and summing with subgroupAdd. The one-output shader gives a 7x7x512 layer 25k
+invocations, each a chain of 4608 dependent multiply-adds: too little work in flight for a GPU.
+The rule comes from a per-layer GPU timing of both shaders on the H100 (2026-11-23, 7 models,
+``benchmarks/conv_split_k.py``, ``results/splitk_layers_h100.json``): 1x1 layers win 1.2-5x on
+maps up to 22x22, 3x3 and 5x5 ones up to 14x14 with few outputs; every larger map loses, up to
+8x (vgg16's 224x224). A layer with enough taps gets both pipelines at load; the plan picks one
+by its output when it records.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..gpu._info import GpuInfo
+
+#: Where ungrouped convolutions run the tiled shader: "cpu" devices, "always" or "never".
+TILED_SHADER = "cpu"
+TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
+TILE_OX = 4  # output columns per invocation in convolution_tiled.comp
+
+#: "gpu" (devices that are not CPUs and have subgroup arithmetic), "always" (any layer, any
+#: output: tests) or "never".
+SPLITK_SHADER = "gpu"
+#: (taps per output, largest map h*w, most outputs) for 1x1 kernels and for larger ones
+SPLITK_POINTWISE = (64, 512, 150_000)
+SPLITK_SPATIAL = (400, 196, 25_088)
+LOCAL = (64, 1, 1)
+PIXELS = 4  # output pixels per subgroup
+_SUBGROUP_FEATURE_ARITHMETIC = 0x4
+
+
+def tiled(info: GpuInfo) -> bool:
+    """Whether an ungrouped layer runs convolution_tiled.comp on ``info``'s device."""
+    return TILED_SHADER == "always" or (TILED_SHADER == "cpu" and info.is_cpu)
+
+
+def pack_tiled(weight: np.ndarray, out_c: int, maxk: int) -> np.ndarray:
+    """(out_c, in_c, kh, kw) weights as the tiled shader reads them: [out_c / 8][in_c][maxk][8],
+    the 8 channels of one tap two consecutive vec4 (out_c padded with zeros)."""
+    in_c = weight.size // (out_c * maxk)
+    padded = -(-out_c // TILE_OC) * TILE_OC
+    packed = np.zeros((padded, in_c, maxk), np.float32)
+    packed[:out_c] = weight.reshape(out_c, in_c, maxk)
+    blocks = packed.reshape(padded // TILE_OC, TILE_OC, in_c, maxk)
+    return np.ascontiguousarray(blocks.transpose(0, 2, 3, 1)).reshape(-1)
+
+
+def bounds(kernel_w: int, kernel_h: int) -> tuple[int, int, int]:
+    return SPLITK_POINTWISE if kernel_w == kernel_h == 1 else SPLITK_SPATIAL
+
+
+def offered(info: GpuInfo, taps: int, kernel: tuple[int, int]) -> bool:
+    """Whether an ungrouped float layer with ``taps`` per output gets the split-K pipeline."""
+    if SPLITK_SHADER == "never":
+        return False
+    size = info.subgroup_size
+    usable = bool(info.subgroup_operations & _SUBGROUP_FEATURE_ARITHMETIC) and (
+        PIXELS <= (info.min_subgroup_size or size) and max(info.max_subgroup_size, size) <= LOCAL[0]
+    )
+    if not usable:
+        return False
+    return SPLITK_SHADER == "always" or (not info.is_cpu and taps >= bounds(*kernel)[0])
+
+
+def chosen(output: tuple[int, ...], kernel: tuple[int, int]) -> bool:
+    """Whether a layer that was offered it records ``output`` (c, h, w) with the split-K shader."""
+    oc, oh, ow = output
+    _, most_pixels, most_outputs = bounds(*kernel)
+    small = oh * ow <= most_pixels and oc * oh * ow <= most_outputs
+    return SPLITK_SHADER == "always" or small
+
+
+def groups(info: GpuInfo, output: tuple[int, ...]) -> int:
+    """Workgroups along x for ``output``: one subgroup per PIXELS outputs of one channel."""
+    oc, oh, ow = output
+    subgroups = max(1, LOCAL[0] // info.subgroup_size)
+    return math.ceil(oc * math.ceil(oh * ow / PIXELS) / subgroups)
