@@ -27,7 +27,8 @@ from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer
 from ..gpu._timestamps import TimestampQueries
 from ._extractor import Extractor
-from ._plan import Plan, Shape, _Context, _Segment
+from ._plan import Plan, Shape, _Segment
+from ._plan_context import PlanContext
 from ._plan_pool import PlanKey, plan_key
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class _SegmentStamps:
     barriers: int = 0
 
 
-class _TimedContext(_Context):
+class _TimedContext(PlanContext):
     """A RecordContext that writes a timestamp before and after each dispatch."""
 
     def __init__(
@@ -148,7 +149,7 @@ class ProfiledPlan(Plan):
         stamps.last = stamps.queries.write(rec)
         stamps.barriers = rec.barrier_count
 
-    def _context(self, node: BoundNode, recorder: CommandRecorder) -> _Context:
+    def _context(self, node: BoundNode, recorder: CommandRecorder) -> PlanContext:
         assert self._recording is not None
         return _TimedContext(self, node, recorder, self._recording)
 

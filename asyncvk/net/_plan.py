@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,10 +26,10 @@ from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer, MemoryKind
 from ..layers._gpu_api import GpuBlob
 from ._graph import Graph, GraphNode
+from ._plan_context import PlanContext
 from ._plan_memory import assign_offsets, live_ranges
 
 if TYPE_CHECKING:  # a GpuModel makes plans: at run time this module needs only its attributes
-    from ..gpu._pipeline import PipelineArtifact
     from ._gpu_model import BoundNode, GpuModel
 
 Shape = tuple[int, ...]
@@ -53,58 +52,6 @@ class _Segment:
 @dataclass
 class _CpuStep:
     node: GraphNode
-
-
-class _Context:
-    """The RecordContext a GPU layer records through."""
-
-    def __init__(self, plan: Plan, node: BoundNode, recorder: CommandRecorder) -> None:
-        self.info = plan.device.info
-        self._plan = plan
-        self._node = node
-        self._rec = recorder
-
-    def dispatch(
-        self,
-        pipeline: str,
-        buffers: Sequence[Buffer | GpuBlob],
-        push: bytes,
-        groups: tuple[int, int, int],
-    ) -> None:
-        bufs = [b.buffer if isinstance(b, GpuBlob) else b for b in buffers]
-        baked = self._node.baked.get((pipeline, bytes(push))) if self._node.baked else None
-        if baked is not None:  # these exact push constants are the pipeline's constants
-            self._dispatch_into(pipeline, baked, bufs, b"", groups)
-            self._plan.baked_dispatches += 1
-            return
-        self._dispatch_into(pipeline, self._node.pipelines[pipeline], bufs, push, groups)
-
-    def _dispatch_into(
-        self,
-        key: str,
-        artifact: PipelineArtifact,
-        buffers: list[Buffer],
-        push: bytes,
-        groups: tuple[int, int, int],
-    ) -> None:
-        """Record one dispatch of the layer's pipeline ``key`` (a profiling plan times it)."""
-        self._rec.dispatch(artifact, buffers, push, groups)
-
-    def weight(self, name: str) -> Buffer:
-        return self._node.weights[name]
-
-    def scratch(self, nbytes: int) -> Buffer:
-        buf = self._plan.device.allocate(max(nbytes, 4))
-        self._plan.owned.append(buf)
-        return buf
-
-    def constant(self, array: np.ndarray) -> Buffer:
-        buf = self._plan.device.upload_sync(np.ascontiguousarray(array))
-        self._plan.owned.append(buf)
-        return buf
-
-    def barrier(self) -> None:
-        self._rec.barrier()
 
 
 class Plan:
@@ -284,9 +231,9 @@ class Plan:
                 rec.copy(view, readback)
             rec.barrier()
 
-    def _context(self, node: BoundNode, recorder: CommandRecorder) -> _Context:
+    def _context(self, node: BoundNode, recorder: CommandRecorder) -> PlanContext:
         """What ``node``'s layer records through (a profiling plan gives its own)."""
-        return _Context(self, node, recorder)
+        return PlanContext(self, node, recorder)
 
     def _blob(self, blob: int) -> GpuBlob:
         return GpuBlob(self._views[self.root.get(blob, blob)], self.shapes[blob])

@@ -1,0 +1,71 @@
+"""What a GPU layer records through while a plan records it: its pipelines (shape-baked ones
+where the push constants match), weights, scratch buffers and barriers. A profiling plan
+subclasses it to time each dispatch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..gpu._command import CommandRecorder
+from ..gpu._memory import Buffer
+from ..layers._gpu_api import GpuBlob
+
+if TYPE_CHECKING:
+    from ..gpu._pipeline import PipelineArtifact
+    from ._gpu_model import BoundNode
+    from ._plan import Plan
+
+
+class PlanContext:
+    """The RecordContext a GPU layer records through, for the plan recording it."""
+
+    def __init__(self, plan: Plan, node: BoundNode, recorder: CommandRecorder) -> None:
+        self.info = plan.device.info
+        self._plan = plan
+        self._node = node
+        self._rec = recorder
+
+    def dispatch(
+        self,
+        pipeline: str,
+        buffers: Sequence[Buffer | GpuBlob],
+        push: bytes,
+        groups: tuple[int, int, int],
+    ) -> None:
+        bufs = [b.buffer if isinstance(b, GpuBlob) else b for b in buffers]
+        baked = self._node.baked.get((pipeline, bytes(push))) if self._node.baked else None
+        if baked is not None:  # these exact push constants are the pipeline's constants
+            self._dispatch_into(pipeline, baked, bufs, b"", groups)
+            self._plan.baked_dispatches += 1
+            return
+        self._dispatch_into(pipeline, self._node.pipelines[pipeline], bufs, push, groups)
+
+    def _dispatch_into(
+        self,
+        key: str,
+        artifact: PipelineArtifact,
+        buffers: list[Buffer],
+        push: bytes,
+        groups: tuple[int, int, int],
+    ) -> None:
+        """Record one dispatch of the layer's pipeline ``key`` (a profiling plan times it)."""
+        self._rec.dispatch(artifact, buffers, push, groups)
+
+    def weight(self, name: str) -> Buffer:
+        return self._node.weights[name]
+
+    def scratch(self, nbytes: int) -> Buffer:
+        buf = self._plan.device.allocate(max(nbytes, 4))
+        self._plan.owned.append(buf)
+        return buf
+
+    def constant(self, array: np.ndarray) -> Buffer:
+        buf = self._plan.device.upload_sync(np.ascontiguousarray(array))
+        self._plan.owned.append(buf)
+        return buf
+
+    def barrier(self) -> None:
+        self._rec.barrier()
