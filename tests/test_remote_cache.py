@@ -436,6 +436,7 @@ def test_a_bad_url_error_never_shows_the_password(url: str) -> None:
 
 def test_reprs_never_show_the_secrets() -> None:
     assert "s3cret" not in repr(Option(remote_cache_key="s3cret"))
+    assert "s3cret" not in repr(Option(remote_cache="redis://me:s3cret@h:1/0"))
     settings = parse_remote_url("redis://me:s3cret@h:1/0")
     assert "s3cret" not in repr(settings) and "s3cret" not in settings.display
 

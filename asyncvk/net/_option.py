@@ -38,7 +38,7 @@ class Option:
     cache_dir: str | Path | None = None
     graph_key: str | None = None
     autosave_interval: float = 2.0
-    remote_cache: str | None = None
+    remote_cache: str | None = field(default=None, repr=False)  # a URL may hold a password
     #: a secret: not in the repr
     remote_cache_key: str | bytes | None = field(default=None, repr=False)
 
