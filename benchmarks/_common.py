@@ -55,3 +55,26 @@ def emit(report: dict[str, Any], out: str | None, *, indent: int = 2) -> None:
     if out:
         Path(out).write_text(text + "\n")
     print(text)
+
+
+def model_folders(
+    models: str, suite: Path | None, suite_models: str, models_dir: Path = MODELS
+) -> list[tuple[str, Path]]:
+    """(source, folder) for every model asked for: ``models`` (comma-separated names) in
+    ``models_dir`` first, then the folders ``suite_models.py`` made in ``suite`` (all, or those
+    ``suite_models`` names). Exits naming what is missing."""
+    label = "tests/models" if models_dir == MODELS else str(models_dir)
+    folders = [(label, models_dir / m) for m in filter(None, models.split(","))]
+    if suite is not None:
+        if not suite.is_dir():
+            raise SystemExit(f"--suite {suite}: not a folder (make it with suite_models.py)")
+        wanted = set(filter(None, suite_models.split(",")))
+        found = sorted(d for d in suite.iterdir() if (d / "meta.json").exists())
+        missing = wanted - {d.name for d in found}
+        if missing:
+            raise SystemExit(f"--suite-models: {sorted(missing)} not in {suite}")
+        folders += [("suite", d) for d in found if not wanted or d.name in wanted]
+    for _, d in folders:
+        if not (d / "meta.json").exists():
+            raise SystemExit(f"{d}: no meta.json (not a model folder)")
+    return folders

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import MODELS, emit
+from _common import MODELS, emit, model_folders
 
 from asyncvk import Net, Option, get_gpu_info
 from asyncvk.net._dispatch_profile import (
@@ -125,24 +125,6 @@ def _in_child(d: Path, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _folders(args: argparse.Namespace) -> list[tuple[str, Path]]:
-    """(source, folder) for every model asked for: --models-dir's first, then the suite's."""
-    folders = [(str(args.models_dir), args.models_dir / m) for m in args.models.split(",") if m]
-    if args.suite is not None:
-        if not args.suite.is_dir():
-            raise SystemExit(f"--suite {args.suite}: not a folder (make it with suite_models.py)")
-        wanted = set(filter(None, args.suite_models.split(",")))
-        found = sorted(d for d in args.suite.iterdir() if (d / "meta.json").exists())
-        missing = wanted - {d.name for d in found}
-        if missing:
-            raise SystemExit(f"--suite-models: {sorted(missing)} not in {args.suite}")
-        folders += [("suite", d) for d in found if not wanted or d.name in wanted]
-    for _, d in folders:
-        if not (d / "meta.json").exists():
-            raise SystemExit(f"{d}: no meta.json (not a model folder)")
-    return folders
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None, help="--models-dir names (default: all)")
@@ -169,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         args.models = ",".join(
             sorted(p.name for p in args.models_dir.iterdir() if (p / "meta.json").exists())
         )
-    folders = _folders(args)
+    folders = model_folders(args.models, args.suite, args.suite_models, args.models_dir)
     info = get_gpu_info()
     report: dict[str, Any] = {
         "device": info.device_name,

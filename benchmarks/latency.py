@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import MODELS, emit, model_names
+from _common import emit, model_folders, model_names
 
 from asyncvk import Net, Option, get_gpu_info
 from asyncvk.layers import _conv_shaders, _strided_gemm
@@ -186,24 +186,6 @@ def _ratios(row: dict[str, Any]) -> None:
             row[label] = round(ours / ncnn, 2)
 
 
-def _folders(args: argparse.Namespace) -> list[tuple[str, Path]]:
-    """(source, folder) for every model asked for, tests/models first, then the suite's."""
-    folders = [("tests/models", MODELS / m) for m in filter(None, args.models.split(","))]
-    if args.suite is not None:
-        if not args.suite.is_dir():
-            raise SystemExit(f"--suite {args.suite}: not a folder (make it with suite_models.py)")
-        wanted = set(filter(None, args.suite_models.split(",")))
-        found = sorted(d for d in args.suite.iterdir() if (d / "meta.json").exists())
-        missing = wanted - {d.name for d in found}
-        if missing:
-            raise SystemExit(f"--suite-models: {sorted(missing)} not in {args.suite}")
-        folders += [("suite", d) for d in found if not wanted or d.name in wanted]
-    for _, d in folders:
-        if not (d / "meta.json").exists():
-            raise SystemExit(f"{d}: no meta.json (not a model folder)")
-    return folders
-
-
 def _brief(row: dict[str, Any]) -> dict[str, Any]:
     """One short line per model while the run goes on: each runtime's median (or error)."""
     brief: dict[str, Any] = {"model": row["model"]}
@@ -242,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.loops < 1 or args.processes < 1:
         parser.error("--loops and --processes must be at least 1")
-    folders = _folders(args)
+    folders = model_folders(args.models, args.suite, args.suite_models)
     info = get_gpu_info()
     variants = VARIANTS[:4] if args.compare_conv else VARIANTS[:3]
     if args.variants:
