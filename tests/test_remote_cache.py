@@ -114,6 +114,30 @@ def test_a_server_absent_at_start_costs_one_warning(tmp_path: Path) -> None:
     assert np.linalg.norm(report["output"] - expected) / np.linalg.norm(expected) < 2e-3
 
 
+def test_a_server_that_stops_answering_times_out_and_the_model_still_runs(
+    server: RedisServer, tmp_path: Path
+) -> None:
+    """A store that accepts connections (the kernel does, for a stopped process) but never
+    answers: the probe connects, the first read times out after ``timeout``, the tier turns
+    off with one warning, and the model loads and runs without it."""
+    import signal
+
+    assert server.process is not None
+    server.process.send_signal(signal.SIGSTOP)
+    try:
+        url = f"{server.url}?timeout=0.3&connect_timeout=0.3"
+        report, stderr = _run(CUNET, tmp_path / "local", url)
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+    remote = report["remote_cache"]
+    assert not remote["on"] and remote["errors"] == 1, remote
+    reason = remote["off_reason"].lower()
+    assert "timed out" in reason or "timeout" in reason, remote
+    assert stderr.count("remote pipeline cache turned off") == 1, stderr
+    expected = np.load(CUNET / "output.npy")
+    assert np.linalg.norm(report["output"] - expected) / np.linalg.norm(expected) < 2e-3
+
+
 def _run_counting_imports(*args: str) -> tuple[dict[str, Any], str, bool]:
     """``asyncvk`` in a fresh process: its --json report, its stderr, and whether the Redis
     client was imported."""
