@@ -262,8 +262,8 @@ async def test_two_tasks_opening_the_store_share_one_connection(server: RedisSer
     tier = remote_tier_for(server.url)
     assert tier is not None
     first, second = await asyncio.gather(tier._open(), tier._open())
-    await first.get_many(["absent"])
-    await second.get_many(["absent"])
+    await first.get_many(["absent"], 1024)
+    await second.get_many(["absent"], 1024)
     with server.client() as c:
         assert len(c.client_list()) == 2  # this test's client and the tier's one
     await tier.aclose()
@@ -350,6 +350,28 @@ async def test_a_corrupted_value_is_a_miss_with_a_reason(
     ref = np.load(CUNET / "output.npy")
     y = await _infer(net)
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
+    await net.aclose()
+
+
+async def test_a_value_over_max_value_is_never_read_whole(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    """A value over ``max_value`` is a miss with a reason, and the store sends at most
+    ``max_value + 1`` bytes of it, not the value (a store filled with huge values costs no
+    memory)."""
+    await _filled(server.url)
+    keys = _spirv_keys(server)
+    huge = 4 << 20
+    with server.client() as c:
+        c.set(keys[0], b"x" * huge)
+        sent_before = c.info("stats")["total_net_output_bytes"]
+    net, delta, compiles = await _fresh_load(f"{server.url}?max_value=200000")
+    status = net.remote_status
+    assert status is not None and "over max_value 200000" in status["rejections"][-1]
+    assert (delta["rejected"], compiles) == (1, 1)
+    with server.client() as c:
+        sent = c.info("stats")["total_net_output_bytes"] - sent_before
+    assert sent < huge // 4, sent
     await net.aclose()
 
 

@@ -43,12 +43,16 @@ class RedisStore:
         except (RedisError, OSError, TimeoutError) as exc:
             raise RemoteStoreError(f"{what} on {self.settings.display}: {_describe(exc)}") from exc
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+    async def get_many(self, keys: Sequence[str], limit: int) -> list[bytes | None]:
         if not keys:
             return []
-        async with self._guard("MGET"):
-            values = await self._client.mget(list(keys))
-        return [v if v is None or isinstance(v, bytes) else v.encode() for v in values]
+        async with self._guard("GETRANGE"):  # one round trip; a huge value is never read whole
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.getrange(key, 0, limit)
+            values = await pipe.execute()
+        # GETRANGE gives b"" for a missing key; no value is empty (each is a sealed file)
+        return [bytes(v) if v else None for v in values]
 
     async def exists_many(self, keys: Sequence[str]) -> list[bool]:
         if not keys:

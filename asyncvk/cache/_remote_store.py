@@ -144,8 +144,9 @@ def parse_remote_url(url: str, *, where: str = "remote cache") -> RemoteSettings
 class RemoteStore(Protocol):
     """What the remote tier asks of a store. Every method may raise RemoteStoreError."""
 
-    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        """The value of each key, None where there is none."""
+    async def get_many(self, keys: Sequence[str], limit: int) -> list[bytes | None]:
+        """The value of each key, None where there is none; of a value longer than ``limit``
+        bytes at most ``limit + 1`` are read (enough to tell it is too large)."""
         ...
 
     async def exists_many(self, keys: Sequence[str]) -> list[bool]:

@@ -168,14 +168,14 @@ class RemoteTier:
         identity = cache.device.info.identity
         try:
             store = await self._open()
-            spirv_get = store.get_many([spirv_value_key(k) for k in keys])
+            spirv_get = store.get_many([spirv_value_key(k) for k in keys], self.settings.max_value)
             if want_blob:
                 values, members = await asyncio.gather(
                     spirv_get,
                     store.newest_members(blob_index_key(identity), self.settings.max_blobs),
                 )
                 self._members = members
-                blob_values = await store.get_many(members)
+                blob_values = await store.get_many(members, self.settings.max_value)
             else:
                 values, members, blob_values = await spirv_get, [], []
         except RemoteStoreError as exc:
