@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +79,34 @@ def model_folders(
         if not (d / "meta.json").exists():
             raise SystemExit(f"{d}: no meta.json (not a model folder)")
     return folders
+
+
+def blob_names(d: Path) -> tuple[str, str]:
+    """(input blob, output blob) from a model folder's ``meta.json``: tests/models and the
+    suite's folders both name them there."""
+    meta_path = d / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+        return str(meta["input"]), str(meta["output"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(
+            f"{meta_path}: cannot read the input and output blob names: {exc}"
+        ) from exc
+
+
+async def timed_extractions(
+    net: Any, in_name: str, x: Any, out_name: str, loops: int, warm_up: int = 3
+) -> list[float]:
+    """Seconds of ``loops`` extractions through fresh extractors, after ``warm_up`` untimed
+    ones (the first records the plan)."""
+
+    async def once() -> float:
+        t = time.perf_counter()
+        ex = net.create_extractor()
+        ex.input(in_name, x)
+        await ex.extract(out_name)
+        return time.perf_counter() - t
+
+    for _ in range(warm_up):
+        await once()
+    return [await once() for _ in range(loops)]

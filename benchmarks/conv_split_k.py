@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import blob_names
 
 from asyncvk import Net
 from asyncvk.layers import _conv_shaders, convolution
@@ -27,9 +28,7 @@ from asyncvk.net._dispatch_profile import ProfilingExtractor
 async def profile(d: Path, mode: str) -> dict[str, dict[str, Any]]:
     """Every Convolution's median GPU ms in model folder ``d`` with SPLITK_SHADER = ``mode``."""
     _conv_shaders.SPLITK_SHADER = mode
-    meta = {"input": "in0", "output": "out0"}
-    if (d / "meta.json").exists():
-        meta = json.loads((d / "meta.json").read_text())
+    in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
     async with Net() as net:
         await net.load_param(d / "model.param")
@@ -39,8 +38,8 @@ async def profile(d: Path, mode: str) -> dict[str, dict[str, Any]]:
         times: dict[str, list[float]] = {}
         async with ProfilingExtractor(net) as ex:
             for _ in range(8):
-                ex.input(meta["input"], x)
-                await ex.extract(meta["output"])
+                ex.input(in_name, x)
+                await ex.extract(out_name)
                 assert ex.profile is not None
                 for t in ex.profile.dispatches:
                     if t.layer_type == "Convolution":

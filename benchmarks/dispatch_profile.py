@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import MODELS, emit, model_folders
+from _common import MODELS, blob_names, emit, model_folders, timed_extractions
 
 from asyncvk import Net, Option, get_gpu_info
 from asyncvk.net._dispatch_profile import (
@@ -50,35 +50,15 @@ from asyncvk.net._dispatch_profile import (
 )
 
 
-def _names(d: Path) -> tuple[str, str]:
-    meta_path = d / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-        return str(meta["input"]), str(meta["output"])
-    except (OSError, ValueError, KeyError) as exc:
-        raise SystemExit(
-            f"{meta_path}: cannot read the input and output blob names: {exc}"
-        ) from exc
-
-
 async def profile_model(d: Path, loops: int, top: int, fp16: bool, every: bool) -> dict[str, Any]:
     """Plain and profiled latency of one model folder, in this process."""
-    in_name, out_name = _names(d)
+    in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
     async with Net(Option(use_fp16_storage=fp16)) as net:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
 
-        async def plain() -> float:
-            t = time.perf_counter()
-            ex = net.create_extractor()
-            ex.input(in_name, x)
-            await ex.extract(out_name)
-            return time.perf_counter() - t
-
-        for _ in range(3):
-            await plain()
-        walls = [await plain() for _ in range(loops)]
+        walls = await timed_extractions(net, in_name, x, out_name, loops)
         profiled_walls: list[float] = []
         profiles: list[DispatchProfile] = []
         async with ProfilingExtractor(net) as ex:

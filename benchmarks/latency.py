@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import emit, model_folders, model_names
+from _common import blob_names, emit, model_folders, model_names, timed_extractions
 
 from asyncvk import Net, Option, get_gpu_info
 from asyncvk.layers import _conv_shaders, _strided_gemm
@@ -45,19 +45,6 @@ def _stats(times: list[float]) -> dict[str, float]:
         "min_ms": round(min(times) * 1000, 3),
         "max_ms": round(max(times) * 1000, 3),
     }
-
-
-def blob_names(d: Path) -> tuple[str, str]:
-    """(input blob, output blob) from the folder's ``meta.json``: tests/models and the suite's
-    folders both name them there."""
-    meta_path = d / "meta.json"
-    try:
-        meta = json.loads(meta_path.read_text())
-        return str(meta["input"]), str(meta["output"])
-    except (OSError, ValueError, KeyError) as exc:
-        raise SystemExit(
-            f"{meta_path}: cannot read the input and output blob names: {exc}"
-        ) from exc
 
 
 def ncnn_latency(d: Path, loops: int) -> dict[str, Any]:
@@ -96,17 +83,7 @@ async def asyncvk_latency(d: Path, loops: int, fp16: bool) -> dict[str, Any]:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
         x = np.load(d / "input.npy")
-
-        async def once() -> float:
-            t = time.perf_counter()
-            ex = net.create_extractor()
-            ex.input(in_name, x)
-            await ex.extract(out_name)
-            return time.perf_counter() - t
-
-        for _ in range(3):
-            await once()
-        result: dict[str, Any] = _stats([await once() for _ in range(loops)])
+        result: dict[str, Any] = _stats(await timed_extractions(net, in_name, x, out_name, loops))
         result["pipelines"] = net.cache.statistics().pipelines_created
     return result
 
