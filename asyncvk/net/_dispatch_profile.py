@@ -203,9 +203,7 @@ class ProfilingExtractor(Extractor):
 
     async def extract(self, name: str) -> np.ndarray:
         graph = self._graph()
-        target = graph.blob_index.get(name)
-        if target is None:
-            raise KeyError(f"no blob named {name!r} (outputs: {list(graph.output_names)})")
+        target = self._output_index(name)
         gpu_model = self.net.gpu_model
         if gpu_model is None:
             raise ProfilingUnsupportedError(

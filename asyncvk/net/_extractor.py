@@ -59,11 +59,17 @@ class Extractor:
             raise ValueError(f"input {name!r} must have 1 to 4 dims, got shape {data.shape}")
         self._inputs[index] = np.ascontiguousarray(data)
 
-    async def extract(self, name: str) -> np.ndarray:
+    def _output_index(self, name: str) -> int:
+        """The blob ``name`` names, as an output to extract (KeyError naming the outputs)."""
         graph = self._graph()
         target = graph.blob_index.get(name)
         if target is None:
             raise KeyError(f"no blob named {name!r} (outputs: {list(graph.output_names)})")
+        return target
+
+    async def extract(self, name: str) -> np.ndarray:
+        graph = self._graph()
+        target = self._output_index(name)
         gpu_model = self.net.gpu_model
         if gpu_model is None:
             return await _run_on_cpu(graph, self._inputs, target)
