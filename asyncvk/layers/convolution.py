@@ -323,11 +323,11 @@ class Convolution(ConvParams):
         shader = self.shader(target.info)[0]
         pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
         specs = (*self.gpu_specs(), pad)
-        if shader != "convolution":
-            specs = specs[:6] + specs[7:]  # only convolution.comp has the group constant (id 6)
-        pipelines = {"conv": PipelineSpec(shader, specs, _LOCAL_2D)}
-        if self._splitk(target.info):
-            ungrouped = specs if shader != "convolution" else specs[:6] + specs[7:]
+        ungrouped = specs[:6] + specs[7:]  # only convolution.comp has the group constant (id 6)
+        pipelines = {
+            "conv": PipelineSpec(shader, specs if shader == "convolution" else ungrouped, _LOCAL_2D)
+        }
+        if self._splitk(target.info):  # ungrouped, beside convolution.comp
             pipelines["conv_splitk"] = PipelineSpec(
                 "convolution_splitk", ungrouped, _conv_shaders.LOCAL
             )
