@@ -8,11 +8,14 @@ streams, task groups) cost 20-25 ms of every process's start on the H100 and abo
 The rule: a thread cannot be interrupted, so a cancelled caller still waits for its call to end
 before the cancellation goes on; nothing the call uses (a buffer, a fence, a file) is freed under
 it.
+
+asyncio is imported in the coroutines, which only run once it is loaded: the CLI's device
+thread imports this module (through ``gpu._device``) and must not wait for asyncio's 50 ms of
+imports (ssl among them, on the H100), which the main thread makes beside it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import threading
@@ -48,6 +51,8 @@ async def run_sync(func: Callable[..., T], *args: Any, fence_wait: bool = False)
     The caller's context variables are seen by ``func``. If the caller is cancelled, it waits
     for ``func`` to return and then raises ``CancelledError``; ``func``'s own outcome is dropped.
     """
+    import asyncio
+
     pool = _pool("fence", FENCE_WAIT_THREADS) if fence_wait else _pool("worker", WORKER_THREADS)
     context = contextvars.copy_context()
     call = functools.partial(context.run, func, *args)
@@ -63,6 +68,8 @@ async def outlive(awaitable: Awaitable[Any]) -> None:
     """Wait until ``awaitable`` (a future or task) has finished, however often the caller is
     cancelled meanwhile; its outcome is dropped. A cancellation that came during the wait is
     raised once it has finished."""
+    import asyncio
+
     future = asyncio.ensure_future(awaitable)
     cancelled = False
     while not future.done():

@@ -52,6 +52,9 @@ def _start_opening_device(args: argparse.Namespace) -> None:
     thread imports numpy and asyncvk. ``get_gpu_device`` joins it (gpu's own locks)."""
     if args.func not in _DEVICE_COMMANDS or getattr(args, "cpu", False):
         return
+    from .gpu import _driver_load
+
+    _driver_load.start()
     threading.Thread(
         target=_open_device, args=(args.device,), name="asyncvk-open-device", daemon=True
     ).start()

@@ -29,6 +29,38 @@ def test_the_device_opens_without_numpy() -> None:
     assert _fresh(script) == "[]"
 
 
+def test_the_device_opens_without_asyncio() -> None:
+    """asyncio's imports (ssl among them) cost about 50 ms on the H100; the main thread makes
+    them beside the device thread, which must not wait for them."""
+    script = (
+        "import sys\n"
+        "from asyncvk.gpu._device import get_gpu_device\n"
+        "get_gpu_device()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('asyncio', 'ssl'))[:3])"
+    )
+    assert _fresh(script) == "[]"
+
+
+def test_the_driver_loads_before_the_vulkan_binding_is_imported() -> None:
+    """The loader's first call (the driver's one-time load) runs through ctypes, so it starts
+    before the ``vulkan`` binding's 15-20 ms import; after it the driver is in the process."""
+    script = (
+        "import sys\n"
+        "from asyncvk.gpu import _driver_load\n"
+        "_driver_load.start()\n"
+        "_driver_load.wait()\n"
+        "import glob, json, os\n"
+        "paths = os.environ.get('VK_DRIVER_FILES') or os.environ.get('VK_ICD_FILENAMES') or ''\n"
+        "manifests = [p for p in paths.split(os.pathsep) if p]\n"
+        "manifests = manifests or glob.glob('/usr/share/vulkan/icd.d/*.json')\n"
+        "libs = [json.load(open(m))['ICD']['library_path'] for m in manifests]\n"
+        "drivers = {os.path.basename(lib) for lib in libs}\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "print('vulkan' in sys.modules, 'libvulkan.so' in maps, any(d in maps for d in drivers))"
+    )
+    assert _fresh(script) == "False True True"
+
+
 def test_a_first_result_never_imports_anyio() -> None:
     """anyio's asyncio backend cost 20-50 ms of start-up; the path to a first output has none."""
     model = MODELS / "squeezenet"

@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import _vk
 from .._errors import NoDeviceError
+from . import _driver_load
 from ._identity import DeviceIdentity
 from ._info import DEVICE_TYPE_NAMES, DEVICE_TYPE_RANK, GpuInfo, GpuLimits, QueueFamily
 from ._quirks import resolve_quirks
@@ -251,6 +252,7 @@ def instance() -> _Instance:
     if _instance is None:
         with _lock:
             if _instance is None:
+                _driver_load.wait()  # the loader's first call, if the CLI started it early
                 _instance = _Instance()
     return _instance
 
