@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import _vk
 from .._errors import NoDeviceError
-from . import _driver_load
+from . import _driver_load, _realized_types
 from ._identity import DeviceIdentity
 from ._info import DEVICE_TYPE_NAMES, DEVICE_TYPE_RANK, GpuInfo, GpuLimits, QueueFamily
 from ._quirks import resolve_quirks
@@ -253,6 +253,7 @@ def instance() -> _Instance:
         with _lock:
             if _instance is None:
                 _driver_load.wait()  # the loader's first call, if the CLI started it early
+                _realized_types.realize_all()  # before any worker thread can use the binding
                 _instance = _Instance()
     return _instance
 

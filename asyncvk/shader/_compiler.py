@@ -25,6 +25,12 @@ except ImportError as exc:  # pragma: no cover - a broken install
 
 _ffi: Any = _shaderc_cffi.ffi
 _lib: Any = _shaderc_cffi.lib
+# cffi builds each function of ``lib`` at its first lookup, and two compile threads doing that at
+# once can abort the process (python-cffi/cffi#271, see gpu/_realized_types.py): looked up here,
+# at import, on one thread.
+for _name in dir(_lib):
+    getattr(_lib, _name)
+del _name
 
 _COMPUTE_SHADER_KIND = 2  # shaderc_glsl_compute_shader
 _TARGET_ENV_VULKAN = 0  # shaderc_target_env_vulkan
