@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from asyncvk.gpu._realized_types import FUNCTIONS, TYPES
+from asyncvk.gpu._realized_types import FUNCTIONS, TYPES, VALUE_TYPES
 
 PACKAGE = Path(__file__).resolve().parent.parent / "asyncvk"
 _NEW = re.compile(r'ffi\.new\(\s*"(Vk\w+)')
 _CONSTRUCTOR = re.compile(r"\bvk\.(Vk\w+)\(")
 _CALL = re.compile(r"\b(?:checked|api)\.(vk\w+)")
+_VALUE = re.compile(r'ffi\.(?:new|cast)\(\s*"((?!Vk)[\w ]+\**)(\[\d*\])?"')
 
 
 def _used(pattern: re.Pattern[str]) -> set[str]:
@@ -25,6 +26,12 @@ def test_every_type_and_function_the_package_uses_is_listed() -> None:
     again, on whichever thread meets it first."""
     assert _used(_NEW) | _used(_CONSTRUCTOR) <= set(TYPES)
     assert _used(_CALL) <= set(FUNCTIONS)
+    values = {
+        base + ("[]" if array else "")
+        for path in PACKAGE.rglob("*.py")
+        for base, array in _VALUE.findall(path.read_text())
+    }
+    assert values and values <= set(VALUE_TYPES)
 
 
 def test_the_instance_realizes_them_before_any_device_exists() -> None:

@@ -72,6 +72,19 @@ TYPES = (
     "VkWriteDescriptorSet",
 )
 
+#: C types of plain values, spelled as the package spells them (on a GIL build cffi realizes
+#: even its primitive types lazily)
+VALUE_TYPES = (
+    "char*",
+    "char*[]",
+    "char[]",
+    "float[]",
+    "size_t*",
+    "uint32_t*",
+    "uint64_t[]",
+    "void**",
+)
+
 #: the binding's functions that asyncvk calls (through ``_vk.checked`` or ``_vk.api``)
 FUNCTIONS = (
     "vkAllocateCommandBuffers",
@@ -157,6 +170,8 @@ def realize_all() -> None:
         for name in TYPES:
             for spelling in (name, f"{name}*", f"{name}[]"):
                 _complete(ffi, ffi.typeof(spelling), seen)
+        for spelling in VALUE_TYPES:
+            ffi.typeof(spelling)
         for name in FUNCTIONS:
             try:
                 getattr(_vk.checked, name)  # the raw function: its C type is realized
