@@ -95,6 +95,14 @@ CASES: list[Case] = [
     # more than one 8-channel tile and one 32-column workgroup in the tiled shader
     Case("Convolution", "0=17 1=3 4=1 5=1 6=1377 9=1", [(9, 5, 37)], conv_weights(17, 9, 3)),
     Case("Convolution", "0=16 1=1 3=2 5=0 6=64", [(4, 3, 67)], conv_weights(16, 4, 1, bias=False)),
+    # more than one 64 x 64 tile of the GEMM shader, taps not a multiple of its 16-tap step
+    Case("Convolution", "0=70 1=3 4=1 5=1 6=12600 9=1", [(20, 12, 11)], conv_weights(70, 20, 3)),
+    Case(
+        "Convolution",
+        "0=65 1=3 2=2 3=2 4=2 5=0 6=2925 18=0.5",
+        [(5, 19, 23)],
+        conv_weights(65, 5, 3, bias=False),
+    ),
     # pure depthwise (convolutiondepthwise.comp): strides, dilation, 5x5, SAME and asymmetric
     # pads, pad value, activations, a row wider than one 32-column workgroup
     Case(
@@ -276,18 +284,19 @@ async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
 CONV_CASES = [c for c in CASES if c.type.startswith("Convolution")]
 
 
-@pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk"])
+@pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk", "gemm"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
 async def test_every_convolution_shader(
     device: VulkanDevice, case: Case, choice: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The tiled shader (chosen on CPU devices), the one-output shader and the split-K shader
-    (chosen on GPUs, by the taps per output) all match the reference, whichever device runs
-    the tests."""
+    """The tiled shader (chosen on CPU devices), the one-output shader, the split-K shader and
+    the implicit-GEMM shader (chosen on GPUs, by the taps per output and the output map) all
+    match the reference, whichever device runs the tests."""
     from asyncvk.layers import _conv_shaders
 
     monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if choice == "tiled" else "never")
     monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
+    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always" if choice == "gemm" else "never")
     param, weights = build(case)
     inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
     expected, cpu_net = await _run(case, False, inputs, param, weights)
@@ -309,11 +318,49 @@ async def test_every_convolution_shader(
         want = "convolution_tiled"
     elif choice == "splitk" and group == 1:
         want = "convolution_splitk"  # at any size when "always"
+    elif choice == "gemm" and group == 1:
+        want = "convolution_gemm"
     else:
         want = "convolution"
     assert shaders == {want}
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
+
+
+def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> None:
+    """On a GPU a layer with enough output channels and taps gets the implicit-GEMM pipeline,
+    and a plan uses it for large output maps only (small ones go to split-K or one output per
+    invocation); a narrow, shallow or grouped layer, or any layer on a CPU device, does not."""
+    import dataclasses
+
+    from asyncvk.layers import _conv_shaders, convolution
+    from asyncvk.layers._gpu_api import GpuTarget
+    from asyncvk.layers._paramdict import ParamDict
+    from asyncvk.shader import ShaderOptions
+
+    def layer(params: dict[int, int | float]) -> convolution.Convolution:
+        conv = convolution.ConvolutionDepthWise() if 7 in params else convolution.Convolution()
+        conv.load_param(ParamDict(params))
+        return conv
+
+    def specs(params: dict[int, int | float], info: GpuInfo) -> set[str]:
+        return set(layer(params).pipeline_specs(GpuTarget(ShaderOptions(), info)))
+
+    gpu = dataclasses.replace(device.info, device_type=2)  # a discrete GPU, as far as asked
+    cpu = dataclasses.replace(device.info, device_type=4)
+    taps, channels, pixels = _conv_shaders.GEMM_BOUNDS
+    wide = {0: channels, 1: 3, 6: channels * 9 * (taps // 9 + 1)}
+    assert "conv_gemm" in specs(wide, gpu)
+    narrow = channels - 1
+    assert "conv_gemm" not in specs({**wide, 0: narrow, 6: narrow * 9 * (taps // 9 + 1)}, gpu)
+    assert "conv_gemm" not in specs({0: channels, 1: 1, 6: channels * (taps - 1)}, gpu)
+    assert "conv_gemm" in specs({**wide, 7: 1}, gpu)  # a depthwise type, one group
+    assert "conv_gemm" not in specs({**wide, 7: 2}, gpu)  # two groups
+    assert "conv_gemm" not in specs(wide, cpu)
+    side = int(pixels**0.5) + 1
+    assert layer(wide)._gemm_for(gpu, (channels, side, side))
+    assert not layer(wide)._gemm_for(gpu, (channels, 1, pixels - 1))
+    assert not layer(wide)._gemm_for(cpu, (channels, side, side))
 
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:

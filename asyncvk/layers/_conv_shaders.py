@@ -1,6 +1,7 @@
 """Which shader an ungrouped convolution runs on a device: ``convolution_tiled.comp`` on CPU
-devices, ``convolution_splitk.comp`` for small output maps on GPUs, else ``convolution.comp``
-(one output per invocation).
+devices; on GPUs ``convolution_splitk.comp`` for small output maps, ``convolution_gemm.comp``
+for large ones with enough channels and taps, else ``convolution.comp`` (one output per
+invocation).
 
 The tiled shader computes 8 channels x 4 columns per invocation from weights repacked as vec4
 blocks: 4-8x faster on lavapipe, where every per-lane load is a scalar loop, and 1.5-9x slower
@@ -10,10 +11,14 @@ The split-K shader gives a subgroup 4 outputs of one channel, its lanes splittin
 channels and summing with subgroupAdd. The one-output shader gives a 7x7x512 layer 25k
 invocations, each a chain of 4608 dependent multiply-adds: too little work in flight for a GPU.
 The rule comes from a per-layer GPU timing of both shaders on the H100 (2026-11-23, 7 models,
-``benchmarks/conv_split_k.py``, ``results/splitk_layers_h100.json``): 1x1 layers win 1.2-5x on
+``benchmarks/conv_shaders.py``, ``results/splitk_layers_h100.json``): 1x1 layers win 1.2-5x on
 maps up to 22x22, 3x3 and 5x5 ones up to 14x14 with few outputs; every larger map loses, up to
 8x (vgg16's 224x224). A layer with enough taps gets both pipelines at load; the plan picks one
 by its output when it records.
+
+The implicit-GEMM shader stages 64 channels x 64 pixels x 16 taps in shared memory; each
+invocation accumulates 4 x 4 outputs. Its bounds below are where it beat the one-output shader
+per layer on the H100 (``benchmarks/conv_shaders.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ SPLITK_SHADER = "gpu"
 SPLITK_POINTWISE = (64, 512, 150_000)
 SPLITK_SPATIAL = (400, 196, 25_088)
 LOCAL = (64, 1, 1)
+#: "gpu" (devices that are not CPUs), "always" (any layer, any output: tests) or "never".
+GEMM_SHADER = "gpu"
+#: (fewest taps per output, fewest output channels, fewest output pixels) for the GEMM shader
+GEMM_BOUNDS = (64, 32, 784)
+GEMM_LOCAL = (256, 1, 1)
+GEMM_TILE = 64  # output channels and output pixels per workgroup
 PIXELS = 4  # output pixels per subgroup
 _SUBGROUP_FEATURE_ARITHMETIC = 0x4
 
@@ -86,3 +97,25 @@ def groups(info: GpuInfo, output: tuple[int, ...]) -> int:
     oc, oh, ow = output
     subgroups = max(1, LOCAL[0] // info.subgroup_size)
     return math.ceil(oc * math.ceil(oh * ow / PIXELS) / subgroups)
+
+
+def gemm_offered(info: GpuInfo, taps: int, channels: int) -> bool:
+    """Whether an ungrouped float layer gets the implicit-GEMM pipeline beside the others."""
+    if GEMM_SHADER == "never":
+        return False
+    fewest_taps, fewest_channels, _ = GEMM_BOUNDS
+    return GEMM_SHADER == "always" or (
+        not info.is_cpu and taps >= fewest_taps and channels >= fewest_channels
+    )
+
+
+def gemm_chosen(output: tuple[int, ...]) -> bool:
+    """Whether a layer that was offered it records ``output`` (c, h, w) with the GEMM shader."""
+    _, oh, ow = output
+    return GEMM_SHADER == "always" or oh * ow >= GEMM_BOUNDS[2]
+
+
+def gemm_groups(output: tuple[int, ...]) -> tuple[int, int, int]:
+    """Workgroups (pixel tiles, channel tiles, 1) for ``output``."""
+    oc, oh, ow = output
+    return (math.ceil(oh * ow / GEMM_TILE), math.ceil(oc / GEMM_TILE), 1)

@@ -313,6 +313,21 @@ class Convolution(ConvParams):
         """Whether a plan records this layer's ``output`` with the split-K shader."""
         return self._splitk(info) and _conv_shaders.chosen(output, (self.kernel_w, self.kernel_h))
 
+    def _gemm(self, info: GpuInfo) -> bool:
+        """Whether this layer also gets convolution_gemm.comp (used when the output is large)."""
+        if self.group != 1 or self.int8_requested or self._tiled(info):
+            return False
+        taps = self.weight_data_size // max(1, self.num_output)
+        return _conv_shaders.gemm_offered(info, taps, self.num_output)
+
+    def _gemm_for(self, info: GpuInfo, output: Shape) -> bool:
+        """Whether a plan records this layer's ``output`` with the GEMM shader (split-K first)."""
+        return (
+            self._gemm(info)
+            and _conv_shaders.gemm_chosen(output)
+            and not self._splitk_for(info, output)
+        )
+
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         """The shader, and the output columns and channels one invocation computes."""
         if self._tiled(info):
@@ -330,6 +345,10 @@ class Convolution(ConvParams):
         if self._splitk(target.info):  # ungrouped, beside convolution.comp
             pipelines["conv_splitk"] = PipelineSpec(
                 "convolution_splitk", ungrouped, _conv_shaders.LOCAL
+            )
+        if self._gemm(target.info):
+            pipelines["conv_gemm"] = PipelineSpec(
+                "convolution_gemm", ungrouped, _conv_shaders.GEMM_LOCAL
             )
         if self.int8_requested:
             act = gpu_activation(self.activation_type, self.activation_params)
@@ -360,6 +379,10 @@ class Convolution(ConvParams):
         if self._splitk_for(ctx.info, output.shape):
             groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
             ctx.dispatch("conv_splitk", buffers, push, groups)
+            return
+        if self._gemm_for(ctx.info, output.shape):
+            groups = capped_groups(_conv_shaders.gemm_groups(output.shape), ctx.info)
+            ctx.dispatch("conv_gemm", buffers, push, groups)
             return
         _, cols, chans = self.shader(ctx.info)
         wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))

@@ -1,13 +1,15 @@
-"""Per-layer GPU time of every Convolution with the one-output shader and with the split-K one.
+"""Per-layer GPU time of every Convolution with each GPU shader: one output per invocation,
+split-K and implicit GEMM.
 
-    python benchmarks/conv_split_k.py MODEL_DIR [MODEL_DIR ...] > FILE.json
+    python benchmarks/conv_shaders.py MODEL_DIR [MODEL_DIR ...] > FILE.json
 
-Each folder holds model.param, model.bin, input.npy (and meta.json for suite models). Both runs
-use the dispatch profiler (a timestamp around each dispatch), median of 8 extractions; the
+Each folder holds model.param, model.bin, input.npy (and meta.json for suite models). Every run
+uses the dispatch profiler (a timestamp around each dispatch), median of 8 extractions; the
 output lists, per model and layer, kernel size, taps per output (in_c * kernel area), output
-shape, ``ms`` (convolution.comp) and ``splitk_ms`` (convolution_conv_shaders.comp). The rule in
-``asyncvk/layers/_conv_shaders.py`` (SPLITK_POINTWISE, SPLITK_SPATIAL) was read off this, on the
-H100 (``results/splitk_layers_h100.json``).
+channels and shape, ``ms`` (convolution.comp), ``splitk_ms`` (convolution_splitk.comp) and
+``gemm_ms`` (convolution_gemm.comp; null where the layer is grouped). The rules in
+``asyncvk/layers/_conv_shaders.py`` were read off this, on the H100
+(``results/splitk_layers_h100.json``, ``results/conv_shaders_h100.json``).
 """
 
 import asyncio
@@ -25,9 +27,11 @@ from asyncvk.layers import _conv_shaders, convolution
 from asyncvk.net._dispatch_profile import ProfilingExtractor
 
 
-async def profile(d: Path, mode: str) -> dict[str, dict[str, Any]]:
-    """Every Convolution's median GPU ms in model folder ``d`` with SPLITK_SHADER = ``mode``."""
-    _conv_shaders.SPLITK_SHADER = mode
+async def profile(d: Path, shader: str) -> dict[str, dict[str, Any]]:
+    """Every Convolution's median GPU ms in model folder ``d`` with ``shader`` ("one",
+    "splitk" or "gemm") forced wherever it applies."""
+    _conv_shaders.SPLITK_SHADER = "always" if shader == "splitk" else "never"
+    _conv_shaders.GEMM_SHADER = "always" if shader == "gemm" else "never"
     in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
     async with Net() as net:
@@ -54,6 +58,7 @@ async def profile(d: Path, mode: str) -> dict[str, dict[str, Any]]:
                     "ms": statistics.median(ts),
                     "k": layer.kernel_w,
                     "taps": layer.weight_data_size // max(1, layer.num_output),
+                    "group": layer.group,
                     "out": plan.shapes.get(node.tops[0]),
                 }
             return out
@@ -62,10 +67,15 @@ async def profile(d: Path, mode: str) -> dict[str, dict[str, Any]]:
 def main() -> None:
     report = {}
     for d in map(Path, sys.argv[1:]):
-        one = asyncio.run(profile(d, "never"))
-        split = asyncio.run(profile(d, "always"))
+        one, split, gemm = (asyncio.run(profile(d, s)) for s in ("one", "splitk", "gemm"))
         report[d.name] = [
-            {"layer": k, **one[k], "splitk_ms": split.get(k, {}).get("ms")} for k in one
+            {
+                "layer": k,
+                **one[k],
+                "splitk_ms": split.get(k, {}).get("ms"),
+                "gemm_ms": gemm.get(k, {}).get("ms"),
+            }
+            for k in one
         ]
     print(json.dumps(report))
 
