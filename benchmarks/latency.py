@@ -95,6 +95,7 @@ VARIANTS = (
     "asyncvk_tiled_conv",
     "asyncvk_no_splitk",
     "asyncvk_plain_gemm",
+    "asyncvk_no_conv_gemm",
 )
 
 
@@ -107,6 +108,8 @@ def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
         _conv_shaders.TILED_SHADER = "never" if get_gpu_info().is_cpu else "always"
     if variant == "asyncvk_no_splitk":  # deep convolutions on the one-output shader too
         _conv_shaders.SPLITK_SHADER = "never"
+    if variant == "asyncvk_no_conv_gemm":  # large maps on the one-output shader too
+        _conv_shaders.GEMM_SHADER = "never"
     if variant == "asyncvk_plain_gemm":  # gemm.comp where gemm_tiled.comp would run
         _strided_gemm.TILED_GEMM = "never"
     return asyncio.run(asyncvk_latency(d, loops, variant == "asyncvk_fp16"))
