@@ -348,7 +348,7 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
 
     gpu = dataclasses.replace(device.info, device_type=2)  # a discrete GPU, as far as asked
     cpu = dataclasses.replace(device.info, device_type=4)
-    taps, channels, pixels = _conv_shaders.GEMM_BOUNDS
+    taps, channels = _conv_shaders.GEMM_BOUNDS
     wide = {0: channels, 1: 3, 6: channels * 9 * (taps // 9 + 1)}
     assert "conv_gemm" in specs(wide, gpu)
     narrow = channels - 1
@@ -357,10 +357,13 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
     assert "conv_gemm" in specs({**wide, 7: 1}, gpu)  # a depthwise type, one group
     assert "conv_gemm" not in specs({**wide, 7: 2}, gpu)  # two groups
     assert "conv_gemm" not in specs(wide, cpu)
-    side = int(pixels**0.5) + 1
-    assert layer(wide)._gemm_for(gpu, (channels, side, side))
-    assert not layer(wide)._gemm_for(gpu, (channels, 1, pixels - 1))
-    assert not layer(wide)._gemm_for(cpu, (channels, side, side))
+    # which one a plan records: by how many 64 x 64 tiles the output makes, per kernel size
+    pointwise = {0: channels, 1: 1, 6: channels * taps}
+    tile = _conv_shaders.GEMM_TILE
+    for params, fewest in zip((pointwise, wide), _conv_shaders.GEMM_TILES, strict=True):
+        assert layer(params)._gemm_for(gpu, (channels, fewest, tile))
+        assert not layer(params)._gemm_for(gpu, (channels, fewest - 1, tile))
+        assert not layer(params)._gemm_for(cpu, (channels, fewest, tile))
 
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:

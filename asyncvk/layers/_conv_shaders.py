@@ -17,8 +17,13 @@ maps up to 22x22, 3x3 and 5x5 ones up to 14x14 with few outputs; every larger ma
 by its output when it records.
 
 The implicit-GEMM shader stages 64 channels x 64 pixels x 16 taps in shared memory; each
-invocation accumulates 4 x 4 outputs. Its bounds below are where it beat the one-output shader
-per layer on the H100 (``benchmarks/conv_shaders.py``).
+invocation accumulates 4 x 4 outputs. What decides whether it wins is how many 64 x 64 tiles
+(workgroups) the output makes: timing 130 distinct layers of 10 models both ways on the H100
+(2026-11-23, ``benchmarks/conv_shaders.py``, ``results/conv_shaders_h100.json``), 1x1 layers
+won from 24 tiles on (0.29-0.95x the time, ties at 31 tiles with 24 channels) and larger
+kernels from 96 on (0.18-0.87x: vgg16's 3x3 layers 2.2-5.6x faster); with fewer tiles the
+H100's 132 multiprocessors idle and it lost, up to 6x. A layer with fewer than 16 output
+channels wastes most of a tile (an RRDB's 3-channel output layer lost 1.4x at 256 tiles).
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ SPLITK_SPATIAL = (400, 196, 25_088)
 LOCAL = (64, 1, 1)
 #: "gpu" (devices that are not CPUs), "always" (any layer, any output: tests) or "never".
 GEMM_SHADER = "gpu"
-#: (fewest taps per output, fewest output channels, fewest output pixels) for the GEMM shader
-GEMM_BOUNDS = (64, 32, 784)
+#: (fewest taps per output, fewest output channels) for a layer to get the GEMM pipeline
+GEMM_BOUNDS = (16, 16)
+#: fewest 64 x 64 output tiles for a plan to record the GEMM shader: 1x1 kernels, larger ones
+GEMM_TILES = (24, 96)
 GEMM_LOCAL = (256, 1, 1)
 GEMM_TILE = 64  # output channels and output pixels per workgroup
 PIXELS = 4  # output pixels per subgroup
@@ -103,16 +110,17 @@ def gemm_offered(info: GpuInfo, taps: int, channels: int) -> bool:
     """Whether an ungrouped float layer gets the implicit-GEMM pipeline beside the others."""
     if GEMM_SHADER == "never":
         return False
-    fewest_taps, fewest_channels, _ = GEMM_BOUNDS
+    fewest_taps, fewest_channels = GEMM_BOUNDS
     return GEMM_SHADER == "always" or (
         not info.is_cpu and taps >= fewest_taps and channels >= fewest_channels
     )
 
 
-def gemm_chosen(output: tuple[int, ...]) -> bool:
+def gemm_chosen(output: tuple[int, ...], kernel: tuple[int, int]) -> bool:
     """Whether a layer that was offered it records ``output`` (c, h, w) with the GEMM shader."""
-    _, oh, ow = output
-    return GEMM_SHADER == "always" or oh * ow >= GEMM_BOUNDS[2]
+    pixel_tiles, channel_tiles, _ = gemm_groups(output)
+    fewest = GEMM_TILES[0] if kernel == (1, 1) else GEMM_TILES[1]
+    return GEMM_SHADER == "always" or pixel_tiles * channel_tiles >= fewest
 
 
 def gemm_groups(output: tuple[int, ...]) -> tuple[int, int, int]:

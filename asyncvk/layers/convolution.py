@@ -324,7 +324,7 @@ class Convolution(ConvParams):
         """Whether a plan records this layer's ``output`` with the GEMM shader (split-K first)."""
         return (
             self._gemm(info)
-            and _conv_shaders.gemm_chosen(output)
+            and _conv_shaders.gemm_chosen(output, (self.kernel_w, self.kernel_h))
             and not self._splitk_for(info, output)
         )
 
