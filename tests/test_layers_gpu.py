@@ -364,7 +364,12 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
         assert layer(params)._gemm_for(gpu, (channels, fewest, tile))
         assert not layer(params)._gemm_for(gpu, (channels, fewest - 1, tile))
         assert not layer(params)._gemm_for(cpu, (channels, fewest, tile))
-
+    # before split-K: a deep 1x1 layer on a 7x7 map with enough channel tiles
+    deep = {0: 2048, 1: 1, 6: 2048 * 1024}
+    assert {"conv_gemm", "conv_splitk"} <= specs(deep, gpu)
+    assert layer(deep)._gemm_for(gpu, (2048, 7, 7))
+    assert not layer(deep)._splitk_for(gpu, (2048, 7, 7))
+    assert layer(deep)._splitk_for(gpu, (1024, 7, 7))  # 16 tiles: split-K
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:
     """On a GPU (not a CPU device) a layer with enough taps per output gets the split-K pipeline

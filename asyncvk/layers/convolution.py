@@ -311,7 +311,11 @@ class Convolution(ConvParams):
 
     def _splitk_for(self, info: GpuInfo, output: Shape) -> bool:
         """Whether a plan records this layer's ``output`` with the split-K shader."""
-        return self._splitk(info) and _conv_shaders.chosen(output, (self.kernel_w, self.kernel_h))
+        return (
+            self._splitk(info)
+            and _conv_shaders.chosen(output, (self.kernel_w, self.kernel_h))
+            and not self._gemm_for(info, output)
+        )
 
     def _gemm(self, info: GpuInfo) -> bool:
         """Whether this layer also gets convolution_gemm.comp (used when the output is large)."""
@@ -321,11 +325,10 @@ class Convolution(ConvParams):
         return _conv_shaders.gemm_offered(info, taps, self.num_output)
 
     def _gemm_for(self, info: GpuInfo, output: Shape) -> bool:
-        """Whether a plan records this layer's ``output`` with the GEMM shader (split-K first)."""
-        return (
-            self._gemm(info)
-            and _conv_shaders.gemm_chosen(output, (self.kernel_w, self.kernel_h))
-            and not self._splitk_for(info, output)
+        """Whether a plan records this layer's ``output`` with the GEMM shader (before split-K:
+        a 1x1 layer of 2048 channels on a 7x7 map ran in 0.13 ms with it against 0.29 ms)."""
+        return self._gemm(info) and _conv_shaders.gemm_chosen(
+            output, (self.kernel_w, self.kernel_h)
         )
 
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
@@ -376,13 +379,13 @@ class Convolution(ConvParams):
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         buffers = blobs_and_weights(ctx, [source], [output])
-        if self._splitk_for(ctx.info, output.shape):
-            groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
-            ctx.dispatch("conv_splitk", buffers, push, groups)
-            return
         if self._gemm_for(ctx.info, output.shape):
             groups = capped_groups(_conv_shaders.gemm_groups(output.shape), ctx.info)
             ctx.dispatch("conv_gemm", buffers, push, groups)
+            return
+        if self._splitk_for(ctx.info, output.shape):
+            groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
+            ctx.dispatch("conv_splitk", buffers, push, groups)
             return
         _, cols, chans = self.shader(ctx.info)
         wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
