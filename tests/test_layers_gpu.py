@@ -371,6 +371,7 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
     assert not layer(deep)._splitk_for(gpu, (2048, 7, 7))
     assert layer(deep)._splitk_for(gpu, (1024, 7, 7))  # 16 tiles: split-K
 
+
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:
     """On a GPU (not a CPU device) a layer with enough taps per output gets the split-K pipeline
     beside the one-output one, and a plan uses it for small output maps only; a shallow layer,
