@@ -7,8 +7,10 @@
 // pixels from them, so one multiply-add costs an eighth of a shared load and no global one.
 // convolution.comp reads two global values per multiply-add (one output per invocation), which
 // leaves a GPU's arithmetic idle on vgg16-like layers (3x3 over 64-512 channels on 28-224 px
-// maps). Weights, constants and push constants are convolution_splitk.comp's (group is 1).
-// fp32 accumulation, summed in k order per invocation.
+// maps). Weights and constants are convolution_splitk.comp's (group is 1).
+// A layer whose output makes too few tiles to fill the GPU splits its taps: workgroup z sums
+// split_taps of them into its own fp32 slice of `partial`, and convolution_gemm_sum.comp adds
+// the slices, the bias and the activation. fp32 accumulation, in k order per invocation.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int kernel_w = 1;
@@ -27,11 +29,13 @@ layout(binding = 0) readonly buffer In { sfp x_in[]; };
 layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
 layout(binding = 2) readonly buffer Weight { sfp weight[]; };
 layout(binding = 3) readonly buffer Bias { sfp bias[]; };
+layout(binding = 4) writeonly buffer Partial { float partial[]; };  // [split][outc][pixels]
 
 layout(push_constant) uniform Params {
     int w; int h; int c;
     int outw; int outh; int outc;
     int pad_left; int pad_top;
+    int split_taps;  // taps per split: all of them when the layer does not split
 } p;
 
 #include "std_minmax.h"
@@ -59,8 +63,13 @@ void main() {
     int b_k = (lid / TILE_N) * 4;
     int tiles_n = (pixels + TILE_N - 1) / TILE_N;
     int tiles_m = (p.outc + TILE_M - 1) / TILE_M;
+    int splits = (taps + p.split_taps - 1) / p.split_taps;
+    bool whole = splits == 1;
     // the grid may be capped: tiles in turn (the bounds are the workgroup's, so barriers are
     // reached by all of its invocations)
+    for (int tz = int(gl_WorkGroupID.z); tz < splits; tz += int(gl_NumWorkGroups.z)) {
+    int k_begin = tz * p.split_taps;
+    int k_end = min(taps, k_begin + p.split_taps);
     for (int tm = int(gl_WorkGroupID.y); tm < tiles_m; tm += int(gl_NumWorkGroups.y)) {
         for (int tn = int(gl_WorkGroupID.x); tn < tiles_n; tn += int(gl_NumWorkGroups.x)) {
             int oc0 = tm * TILE_M;
@@ -74,16 +83,16 @@ void main() {
             int y0 = oy * stride_h - p.pad_top;
             int x0 = (n - oy * p.outw) * stride_w - p.pad_left;
             vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);
-            for (int k0 = 0; k0 < taps; k0 += STEP_K) {
+            for (int k0 = k_begin; k0 < k_end; k0 += STEP_K) {
                 for (int j = 0; j < 4; j++) {
                     int k = k0 + a_k + j;
-                    float wv = (m_ok && k < taps) ? float(weight[wrow + k]) : 0.0;
+                    float wv = (m_ok && k < k_end) ? float(weight[wrow + k]) : 0.0;
                     tile_a[a_k + j][a_m / 4][a_m % 4] = wv;
                 }
                 for (int j = 0; j < 4; j++) {
                     int k = k0 + b_k + j;
                     float v = 0.0;
-                    if (n_ok && k < taps) {
+                    if (n_ok && k < k_end) {
                         int ic = k / maxk;
                         int r = k - ic * maxk;
                         int ky = r / kernel_w;
@@ -113,9 +122,13 @@ void main() {
                 for (int j = 0; j < 4; j++) {
                     int px = px0 + col * 4 + j;
                     if (px >= pixels) break;
-                    x_out[oc * pixels + px] = sfp(activation(acc[i][j] + bv, act_type, act_a, act_b));
+                    if (whole)
+                        x_out[oc * pixels + px] = sfp(activation(acc[i][j] + bv, act_type, act_a, act_b));
+                    else
+                        partial[(tz * p.outc + oc) * pixels + px] = acc[i][j];
                 }
             }
         }
+    }
     }
 }

@@ -3,6 +3,7 @@ that reach every code path (odd sizes, channels not divisible by 4, every param 
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass, field
 
@@ -284,7 +285,7 @@ async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
 CONV_CASES = [c for c in CASES if c.type.startswith("Convolution")]
 
 
-@pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk", "gemm"])
+@pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk", "gemm", "gemm-split"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
 async def test_every_convolution_shader(
     device: VulkanDevice, case: Case, choice: str, monkeypatch: pytest.MonkeyPatch
@@ -296,7 +297,11 @@ async def test_every_convolution_shader(
 
     monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if choice == "tiled" else "never")
     monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
-    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always" if choice == "gemm" else "never")
+    gemm = choice.startswith("gemm")
+    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always" if gemm else "never")
+    # "gemm": every layer whole; "gemm-split": taps split wherever there are two 16-tap steps
+    monkeypatch.setattr(_conv_shaders, "GEMM_MOST_SPLITS", 16 if choice == "gemm-split" else 1)
+    monkeypatch.setattr(_conv_shaders, "GEMM_FEWEST_STEPS", 1)
     param, weights = build(case)
     inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
     expected, cpu_net = await _run(case, False, inputs, param, weights)
@@ -318,11 +323,13 @@ async def test_every_convolution_shader(
         want = "convolution_tiled"
     elif choice == "splitk" and group == 1:
         want = "convolution_splitk"  # at any size when "always"
-    elif choice == "gemm" and group == 1:
+    elif gemm and group == 1:
         want = "convolution_gemm"
     else:
         want = "convolution"
-    assert shaders == {want}
+    taps = int(params["6"]) // out_c
+    split = choice == "gemm-split" and group == 1 and taps > 16
+    assert shaders == ({want, "convolution_gemm_sum"} if split else {want})
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
 
@@ -370,6 +377,12 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
     assert layer(deep)._gemm_for(gpu, (2048, 7, 7))
     assert not layer(deep)._splitk_for(gpu, (2048, 7, 7))
     assert layer(deep)._splitk_for(gpu, (1024, 7, 7))  # 16 tiles: split-K
+    # taps split over workgroups when the tiles alone do not fill the GPU
+    step = _conv_shaders.GEMM_STEP
+    assert _conv_shaders.gemm_split_taps((512, 112, 112), 4608) >= 4608  # 1568 tiles: whole
+    split = _conv_shaders.gemm_split_taps((512, 14, 14), 4608)  # 32 tiles
+    assert split % step == 0 and 32 * math.ceil(4608 / split) >= _conv_shaders.GEMM_BUSY
+    assert split >= step * _conv_shaders.GEMM_FEWEST_STEPS
 
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:

@@ -54,6 +54,13 @@ GEMM_BOUNDS = (16, 16)
 GEMM_TILES = (24, 96)
 GEMM_LOCAL = (256, 1, 1)
 GEMM_TILE = 64  # output channels and output pixels per workgroup
+GEMM_STEP = 16  # taps per step of convolution_gemm.comp
+#: workgroups that keep the H100 busy (two per multiprocessor); a layer with fewer output tiles
+#: splits its taps into up to GEMM_MOST_SPLITS parts of at least GEMM_FEWEST_STEPS steps
+GEMM_BUSY = 264
+GEMM_MOST_SPLITS = 16
+GEMM_FEWEST_STEPS = 4
+SUM_LOCAL = (256, 1, 1)
 PIXELS = 4  # output pixels per subgroup
 _SUBGROUP_FEATURE_ARITHMETIC = 0x4
 
@@ -123,7 +130,16 @@ def gemm_chosen(output: tuple[int, ...], kernel: tuple[int, int]) -> bool:
     return GEMM_SHADER == "always" or pixel_tiles * channel_tiles >= fewest
 
 
-def gemm_groups(output: tuple[int, ...]) -> tuple[int, int, int]:
-    """Workgroups (pixel tiles, channel tiles, 1) for ``output``."""
+def gemm_groups(output: tuple[int, ...], splits: int = 1) -> tuple[int, int, int]:
+    """Workgroups (pixel tiles, channel tiles, splits) for ``output``."""
     oc, oh, ow = output
-    return (math.ceil(oh * ow / GEMM_TILE), math.ceil(oc / GEMM_TILE), 1)
+    return (math.ceil(oh * ow / GEMM_TILE), math.ceil(oc / GEMM_TILE), splits)
+
+
+def gemm_split_taps(output: tuple[int, ...], taps: int) -> int:
+    """Taps per split for ``output``: all of them when its tiles already fill the GPU."""
+    pixel_tiles, channel_tiles, _ = gemm_groups(output)
+    steps = math.ceil(taps / GEMM_STEP)
+    wanted = math.ceil(GEMM_BUSY / (pixel_tiles * channel_tiles))
+    splits = max(1, min(wanted, GEMM_MOST_SPLITS, steps // GEMM_FEWEST_STEPS))
+    return math.ceil(steps / splits) * GEMM_STEP

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..gpu._info import GpuInfo
+from ..gpu._memory import Buffer
 from . import _conv_shaders, _int8
 from ._base import Layer, ModelBin, Shape
 from ._geometry import (
@@ -353,6 +354,10 @@ class Convolution(ConvParams):
             pipelines["conv_gemm"] = PipelineSpec(
                 "convolution_gemm", ungrouped, _conv_shaders.GEMM_LOCAL
             )
+            epilogue = specs[7:11]  # bias_term and the activation
+            pipelines["conv_gemm_sum"] = PipelineSpec(
+                "convolution_gemm_sum", epilogue, _conv_shaders.SUM_LOCAL
+            )
         if self.int8_requested:
             act = gpu_activation(self.activation_type, self.activation_params)
             requantize = self.int8_scale_term > 100
@@ -380,8 +385,7 @@ class Convolution(ConvParams):
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         buffers = blobs_and_weights(ctx, [source], [output])
         if self._gemm_for(ctx.info, output.shape):
-            groups = capped_groups(_conv_shaders.gemm_groups(output.shape), ctx.info)
-            ctx.dispatch("conv_gemm", buffers, push, groups)
+            self._record_gemm(ctx, buffers, push, output)
             return
         if self._splitk_for(ctx.info, output.shape):
             groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
@@ -390,6 +394,28 @@ class Convolution(ConvParams):
         _, cols, chans = self.shader(ctx.info)
         wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
         ctx.dispatch("conv", buffers, push, capped_groups(wanted, ctx.info))
+
+    def _record_gemm(
+        self, ctx: RecordContext, buffers: list[Buffer | GpuBlob], push: bytes, output: GpuBlob
+    ) -> None:
+        """convolution_gemm.comp, its taps split over workgroups (then summed by
+        convolution_gemm_sum.comp) when the output's tiles alone would leave the GPU idle."""
+        taps = self.weight_data_size // max(1, self.num_output)
+        split_taps = _conv_shaders.gemm_split_taps(output.shape, taps)
+        splits = math.ceil(taps / split_taps)
+        gemm_push = push + pack_push("i", split_taps)
+        groups = capped_groups(_conv_shaders.gemm_groups(output.shape, splits), ctx.info)
+        if splits == 1:  # the partial binding is unused: the output stands in for it
+            ctx.dispatch("conv_gemm", [*buffers, output], gemm_push, groups)
+            return
+        partial = ctx.scratch(4 * splits * output.size)
+        ctx.dispatch("conv_gemm", [*buffers, partial], gemm_push, groups)
+        ctx.barrier()
+        oc, oh, ow = output.shape
+        sum_push = pack_push("3i", oc, oh * ow, splits)
+        sum_groups = (math.ceil(output.size / _conv_shaders.SUM_LOCAL[0]), 1, 1)
+        sum_buffers: list[Buffer | GpuBlob] = [partial, output, ctx.weight("bias")]
+        ctx.dispatch("conv_gemm_sum", sum_buffers, sum_push, capped_groups(sum_groups, ctx.info))
 
 
 @register_layer("ConvolutionDepthWise")
