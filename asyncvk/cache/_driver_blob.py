@@ -29,20 +29,22 @@ class DriverBlob(SpirvEntries):
         vk_cache = self.vk_cache
         return b"" if vk_cache is None else vk_cache.data()
 
-    def merge_driver_blob(self, blob: bytes) -> None:
-        """Merge a validated blob into the live driver cache.
+    def merge_driver_blob(self, blob: bytes) -> bool:
+        """Merge a validated blob into the live driver cache; whether it was merged.
 
-        A blob that already broke pipeline creation in this process is not merged again.
+        A blob that already broke pipeline creation in this process is not merged again (the
+        remote tier must then not count it as part of the blob it pushes).
         """
         if self.vk_cache is None or not blob:
-            return
+            return False
         digest = hashlib.blake2b(blob, digest_size=16).digest()
         if digest in self._refused_blobs:
             log.info("not merging a driver blob that broke pipeline creation in this process")
-            return
+            return False
         self._merged_blobs.add(digest)
         self.vk_cache.merge(blob)
         self.driver_blob_loaded = self.driver_blob_loaded or blob_holds_pipelines(blob)
+        return True
 
     def _create_or_rebuild(
         self,
