@@ -20,6 +20,7 @@ from conftest import OTHER_IDENTITY
 from redis_server import RedisServer, free_port
 
 from asyncvk import Net, Option
+from asyncvk.cache._redis_store import RedisStore
 from asyncvk.cache._remote_state import remote_state
 from asyncvk.cache._remote_store import parse_remote_url
 from asyncvk.cache._remote_tier import remote_tier_for
@@ -325,7 +326,7 @@ async def _fresh_load(url: str, **option: Any) -> tuple[Net, dict[str, int], int
     await net.flush_cache()
     after = net.remote_status
     assert after is not None
-    delta = {k: after[k] - before[k] for k in ("hits", "misses", "rejected", "pushed")}
+    delta = {k: after[k] - before[k] for k in ("hits", "misses", "rejected", "pushed", "replaced")}
     assert net.cache is not None
     return net, delta, net.cache.statistics().spirv_compiles
 
@@ -358,20 +359,199 @@ async def test_a_value_over_max_value_is_never_read_whole(
 ) -> None:
     """A value over ``max_value`` is a miss with a reason, and the store sends at most
     ``max_value + 1`` bytes of it, not the value (a store filled with huge values costs no
-    memory)."""
+    memory). It is not bad, only larger than this reader takes: the push leaves it for readers
+    with a larger cap, also one of exactly ``max_value + 1`` bytes (read whole)."""
     await _filled(server.url)
     keys = _spirv_keys(server)
-    huge = 4 << 20
+    huge, limit = 4 << 20, 200000
     with server.client() as c:
         c.set(keys[0], b"x" * huge)
+        c.set(keys[1], b"y" * (limit + 1))
         sent_before = c.info("stats")["total_net_output_bytes"]
-    net, delta, compiles = await _fresh_load(f"{server.url}?max_value=200000")
+    net, delta, compiles = await _fresh_load(f"{server.url}?max_value={limit}")
     status = net.remote_status
-    assert status is not None and "over max_value 200000" in status["rejections"][-1]
-    assert (delta["rejected"], compiles) == (1, 1)
+    assert status is not None and f"over max_value {limit}" in status["rejections"][-1]
+    assert (delta["rejected"], compiles, delta["replaced"]) == (2, 2, 0)
     with server.client() as c:
         sent = c.info("stats")["total_net_output_bytes"] - sent_before
+        assert (c.strlen(keys[0]), c.get(keys[1])) == (huge, b"y" * (limit + 1))
     assert sent < huge // 4, sent
+    await net.aclose()
+
+
+async def test_a_value_that_fails_its_checks_is_replaced_by_the_next_push(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    """SPIR-V entries are written only where absent, so a refused value used to stay until it
+    expired, a miss for every process. The process that refused it builds that entry anyway:
+    its push writes the good value over it, and the next process hits everything."""
+    await _filled(server.url)
+    keys = _spirv_keys(server)
+    with server.client() as c:
+        good = {k: c.get(k) or b"" for k in keys}
+        damaged = bytearray(good[keys[0]])
+        damaged[-40] ^= 0x01  # a bit of the SPIR-V body
+        c.set(keys[0], bytes(damaged), keepttl=True)
+        c.set(keys[1], good[keys[1]][:-100], keepttl=True)  # torn
+        c.set(keys[2], b"not an asyncvk value", keepttl=True)  # unreadable envelope
+        c.set(keys[3], good[keys[4]], keepttl=True)  # another key's value
+    net, delta, compiles = await _fresh_load(server.url)
+    assert (delta["rejected"], compiles, delta["replaced"]) == (4, 4, 4)
+    assert net.remote_status is not None and net.remote_status["replaced"] >= 4
+    with server.client() as c:
+        assert [c.get(k) for k in keys] == [good[k] for k in keys]
+        assert all(0 < c.pttl(k) for k in keys[:4])  # written with the URL's ttl
+    await net.aclose()
+    again, delta, compiles = await _fresh_load(server.url)
+    assert (delta["rejected"], delta["replaced"], compiles) == (0, 0, 0)
+    await again.aclose()
+
+
+async def test_a_push_replaces_only_the_bytes_it_refused(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    """Between this process's read and its push, other writers put their own values under two
+    keys it refused: a good one (signed by another key: other bytes than this process writes,
+    which a reader without a key uses) and another bad one. The push writes over neither."""
+    await _filled(server.url)
+    keys = _spirv_keys(server)
+    with server.client() as c:
+        good = c.get(keys[0]) or b""
+        for key in keys[:3]:
+            c.set(key, b"damaged", keepttl=True)
+    payload = good[8 + 2 + 1 + 1 + 4 + len(keys[0]) : -32]
+    fixed = seal(1, keys[0].decode(), payload, b"another writer's key")
+    done = []
+
+    def progress(_done: int, _total: int) -> None:  # after the read, before the push
+        if not done:
+            with server.client() as c:
+                c.set(keys[0], fixed, keepttl=True)
+                c.set(keys[1], b"damaged otherwise", keepttl=True)
+            done.append(True)
+
+    before = remote_state(parse_remote_url(server.url).display).report()
+    net = Net(Option(remote_cache=server.url))
+    await net.load_param(CUNET / "model.param")
+    await net.load_model(CUNET / "model.bin", progress=progress)
+    await net.flush_cache()
+    status = net.remote_status
+    assert status is not None and done
+    assert status["rejected"] - before["rejected"] == 3
+    assert status["replaced"] - before["replaced"] == 1  # keys[2], still the bytes it read
+    with server.client() as c:
+        assert c.get(keys[0]) == fixed and c.get(keys[1]) == b"damaged otherwise"
+        assert c.get(keys[2]) != b"damaged"
+    await net.aclose()
+
+
+async def test_a_damaged_driver_blob_is_replaced_by_a_process_holding_that_blob(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    """A driver blob lives under its content hash, so only a process holding that very blob
+    can mend a damaged value of it: such a process used to find its key listed and push
+    nothing (nor would SET NX have written). lavapipe's blob is the same bare header in every
+    process, so every process is one."""
+    await _filled(server.url)
+    index = blob_index_key(device.info.identity)
+    with server.client() as c:
+        [member] = c.zrange(index, 0, -1)
+        good = c.get(member) or b""
+        damaged = bytearray(good)
+        damaged[len(damaged) // 2] ^= 0x01
+        c.set(member, bytes(damaged), keepttl=True)
+    net, delta, compiles = await _fresh_load(server.url)
+    assert (delta["rejected"], delta["replaced"], compiles) == (1, 1, 0)
+    with server.client() as c:
+        assert c.get(member) == good and c.zrange(index, 0, -1) == [member]
+    await net.aclose()
+    again, delta, _ = await _fresh_load(server.url)
+    assert again.cache is not None and again.cache._merged_blobs
+    assert delta["rejected"] == 0
+    await again.aclose()
+
+
+async def _list_other_writers_blobs(url: str, device: VulkanDevice) -> list[str]:
+    """Two driver blobs pushed as two other machines' writers push theirs: the value, then its
+    entry in the identity's set. Each is this device's header followed by pipelines of its own
+    (lavapipe keeps none, and ignores what follows a header)."""
+    identity = device.info.identity
+    settings = parse_remote_url(url)
+    store = RedisStore(settings)
+    keys = []
+    for writer in (b"machine one", b"machine two"):
+        blob = bytearray(32)
+        blob[0:4] = (32).to_bytes(4, "little")
+        blob[4:8] = (1).to_bytes(4, "little")
+        blob[8:12] = identity.vendor_id.to_bytes(4, "little")
+        blob[12:16] = identity.device_id.to_bytes(4, "little")
+        blob[16:32] = identity.pipeline_cache_uuid
+        key, value = encode_blob_value(bytes(blob) + writer * 8, identity, None)
+        assert await store.add(key, value, settings.ttl)
+        await store.add_member(blob_index_key(identity), key, settings.ttl, drop=[], keep=8)
+        keys.append(key)
+    await store.aclose()
+    return keys
+
+
+def _listed_blobs(server: RedisServer, device: VulkanDevice) -> set[str]:
+    with server.client() as c:
+        return {m.decode() for m in c.zrange(blob_index_key(device.info.identity), 0, -1)}
+
+
+async def _load_with_a_reset(url: str) -> Net:
+    """A cold load whose driver cache is reset as its builds start, as when a pipeline fails
+    with a merged blob and works without: the cache is emptied and those blobs are refused."""
+    reset = []
+
+    def progress(_done: int, _total: int) -> None:
+        if not reset and net.cache is not None:
+            net.cache._reset_driver_cache("a merged blob broke a pipeline (test)")
+            reset.append(True)
+
+    net = Net(Option(remote_cache=url))
+    await net.load_param(CUNET / "model.param")
+    await net.load_model(CUNET / "model.bin", progress=progress)
+    await net.flush_cache()
+    assert net.cache is not None and net.cache.statistics().driver_cache_resets == 1
+    return net
+
+
+async def test_a_driver_cache_reset_keeps_the_blobs_others_listed(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    """A process merges the blobs two other writers listed, then its driver cache is reset:
+    the blob it pushes after holds none of them, so their entries must stay in the set. (They
+    were dropped as "merged into this one": the next process lost both writers' pipelines.)"""
+    others = await _list_other_writers_blobs(server.url, device)
+    net = await _load_with_a_reset(server.url)
+    status = net.remote_status
+    assert status is not None and status["pushed"] > 0
+    listed = _listed_blobs(server, device)
+    assert set(others) < listed and len(listed) == 3  # theirs, and the one built after the reset
+    await net.aclose()
+    reader, delta, _ = await _fresh_load(server.url)  # another process still merges theirs
+    assert reader.cache is not None and len(reader.cache._merged_blobs) == 3
+    assert delta["rejected"] == 0
+    await reader.aclose()
+
+
+async def test_blobs_refused_after_a_reset_are_not_taken_off_the_set(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    """After the reset, the same process loads another model and reads the set again: the
+    blobs it refused are not merged (the cache will not take them back), so its next push,
+    which holds none of them, must not take them off the set; nor its own blob, listed again
+    in the same step (it was added and removed at once)."""
+    others = await _list_other_writers_blobs(server.url, device)
+    net = await _load_with_a_reset(server.url)
+    own = _listed_blobs(server, device) - set(others)
+    with server.client() as c:  # its own blob's entry gone (trimmed or expired): pushed again
+        c.zrem(blob_index_key(device.info.identity), *own)
+    await net.load_param(SQUEEZENET / "model.param")
+    await net.load_model(SQUEEZENET / "model.bin")
+    await net.flush_cache()
+    assert _listed_blobs(server, device) == set(others) | own
     await net.aclose()
 
 
@@ -423,11 +603,12 @@ async def test_signed_values_only_with_a_key(device: VulkanDevice, server: Redis
     assert status is not None and status["signed"]
     reasons = "\n".join(status["rejections"][-2:])
     assert "not signed" in reasons and "signature mismatch" in reasons
+    # its push replaced both with values signed by the fleet's key
+    assert delta["replaced"] == 2
     await net.aclose()
     # without a key, the signed values of the fleet are read as any others
     plain, delta, compiles = await _fresh_load(server.url)
-    # keys[0] is whole, only unsigned; keys[1] holds keys[0]'s entry: refused for its key
-    assert compiles == 1 and delta["rejected"] == 1
+    assert compiles == 0 and delta["rejected"] == 0
     await plain.aclose()
 
 
@@ -537,6 +718,7 @@ async def test_serve_reports_the_remote_cache_in_metrics(
         assert metrics["asyncvk_remote_cache_pushed_total"] > 0
         assert metrics["asyncvk_remote_cache_written_bytes_total"] > 0
         assert metrics["asyncvk_remote_cache_too_large_total"] == 0
+        assert metrics["asyncvk_remote_cache_replaced_total"] == 0
     finally:
         first.stop()
     second = Server(tmp_path / "two", "--remote-cache", server.url)

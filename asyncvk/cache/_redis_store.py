@@ -3,6 +3,7 @@
 No retries and short timeouts: a remote cache that does not answer at once is turned off by
 the tier, and the model loads without it (redis-py would otherwise retry three times with
 back-off). A set of keys is a sorted set scored by write time, so "the newest" is one command.
+A bad value is replaced by a Lua script, the one way to compare and write in one atomic step.
 """
 
 from __future__ import annotations
@@ -18,7 +19,26 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from ._remote_store import RemoteSettings, RemoteStoreError
+from ._remote_store import BadValue, RemoteSettings, RemoteStoreError, WriteOutcome
+
+#: SET (PX when ARGV[4] > 0) where KEYS[1] holds exactly the bad value (length ARGV[3], SHA-1
+#: ARGV[2]) or nothing; a script runs alone on the server. The length first: another writer's
+#: large value is not hashed. 2: replaced, 1: added, 0: kept.
+_REPLACE_BAD = """
+local held = redis.call('EXISTS', KEYS[1]) == 1
+if held and (redis.call('STRLEN', KEYS[1]) ~= tonumber(ARGV[3])
+             or redis.sha1hex(redis.call('GET', KEYS[1])) ~= ARGV[2]) then
+  return 0
+end
+if tonumber(ARGV[4]) > 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+if held then return 2 end
+return 1
+"""
+_OUTCOMES: dict[int, WriteOutcome] = {2: "replaced", 1: "added", 0: "kept"}
 
 
 class RedisStore:
@@ -34,6 +54,8 @@ class RedisStore:
         )
         # a name lookup or a stalled handshake is outside redis-py's socket timeouts
         self._deadline = settings.connect_timeout + settings.timeout
+        # EVALSHA, and EVAL once when the server does not know the script yet
+        self._replace_script = self._client.register_script(_REPLACE_BAD)
 
     @asynccontextmanager
     async def _guard(self, what: str) -> AsyncIterator[None]:
@@ -69,6 +91,12 @@ class RedisStore:
         async with self._guard("SET NX"):
             written = await self._client.set(key, value, nx=True, px=px)
         return bool(written)
+
+    async def replace_bad(self, key: str, value: bytes, ttl: float, bad: BadValue) -> WriteOutcome:
+        px = int(ttl * 1000) if ttl > 0 else 0
+        async with self._guard("EVALSHA (replace a bad value)"):
+            done = await self._replace_script(keys=[key], args=[value, bad.sha1, bad.size, px])
+        return _OUTCOMES[int(done)]
 
     async def newest_members(self, index: str, count: int) -> list[str]:
         async with self._guard("ZREVRANGE"):

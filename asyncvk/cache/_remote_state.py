@@ -25,6 +25,8 @@ class RemoteCounters:
     bytes_written: int = 0
     #: values written
     pushed: int = 0
+    #: of those, written over a value this process had refused (damaged, foreign, unsigned)
+    replaced: int = 0
     #: values not written because they are larger than ``max_value``
     too_large: int = 0
 
@@ -80,6 +82,7 @@ METRIC_NAMES = {
     "bytes_read": "read_bytes_total",
     "bytes_written": "written_bytes_total",
     "pushed": "pushed_total",
+    "replaced": "replaced_total",
     "too_large": "too_large_total",
 }
 

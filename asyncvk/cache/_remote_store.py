@@ -12,13 +12,14 @@ that holds everything, a load imports nothing more.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import math
 import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 #: Where a process that names no remote cache finds one.
@@ -36,6 +37,24 @@ DEFAULT_MAX_BLOBS = 8
 
 class RemoteStoreError(Exception):
     """The store failed (connection, timeout, server error): the tier turns itself off."""
+
+
+@dataclass(frozen=True)
+class BadValue:
+    """A value read whole that failed a check, by length and SHA-1: a push may replace exactly
+    these bytes, and nothing another writer put there since."""
+
+    size: int
+    sha1: str
+
+    @classmethod
+    def of(cls, value: bytes) -> BadValue:
+        return cls(len(value), hashlib.sha1(value, usedforsecurity=False).hexdigest())
+
+
+#: What a conditional write did: wrote over the bad value, wrote where none was, or left the
+#: value another writer put there.
+WriteOutcome = Literal["replaced", "added", "kept"]
 
 
 @dataclass(frozen=True)
@@ -155,6 +174,11 @@ class RemoteStore(Protocol):
 
     async def add(self, key: str, value: bytes, ttl: float) -> bool:
         """Write ``value`` unless the key holds one (atomic); False when it did."""
+        ...
+
+    async def replace_bad(self, key: str, value: bytes, ttl: float, bad: BadValue) -> WriteOutcome:
+        """Write ``value`` where the key still holds exactly ``bad`` or nothing, in one atomic
+        step; any other value (another writer's, good or bad) is kept."""
         ...
 
     async def newest_members(self, index: str, count: int) -> list[str]:

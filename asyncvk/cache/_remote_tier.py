@@ -13,7 +13,9 @@ miss with a reason, never used. Counters are kept per URL for the whole process,
 
 Two writers never lose each other's work: SPIR-V entries are written only where absent (one
 key holds one content), and each driver blob is its own value under its content hash, added to
-a per-identity set; a writer removes from that set only the blobs it merged into its own.
+a per-identity set; a writer removes from that set only the blobs its pushed blob holds (merged
+into the driver cache whose blob it is: not those a driver-cache reset dropped). A value this
+process refused is replaced by its push, and only while it still holds the bytes refused.
 """
 
 from __future__ import annotations
@@ -22,14 +24,18 @@ import asyncio
 import logging
 import os
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._errors import AsyncVkError
 from .._threads import run_sync
-from ..gpu._driver_cache import blob_holds_pipelines
+from ..gpu._driver_cache import DriverPipelineCache, blob_holds_pipelines
+from ..gpu._identity import DeviceIdentity
 from ._keys import SpirvKey
+from ._remote_checks import ReadVerdict, judge_values
 from ._remote_state import remote_state
 from ._remote_store import (
+    BadValue,
     RemoteSettings,
     RemoteStore,
     RemoteStoreError,
@@ -41,8 +47,6 @@ from ._remote_store import (
 from ._remote_values import (
     blob_index_key,
     blob_value_key,
-    decode_blob_value,
-    decode_spirv_value,
     encode_blob_value,
     encode_spirv_value,
     parse_spirv_value_key,
@@ -89,6 +93,12 @@ def model_spirv_keys(cache: PipelineCache, specs: Iterable[PipelineSpec]) -> set
     }
 
 
+def _blob_and_key(vk_cache: DriverPipelineCache, identity: DeviceIdentity) -> tuple[bytes, str]:
+    """A driver cache's blob and the key it is stored under ("" for an empty blob)."""
+    blob = vk_cache.data()
+    return blob, blob_value_key(identity, blob) if blob else ""
+
+
 class RemoteTier:
     """One Net's use of a remote cache: its store connection (opened on first need, on the
     running event loop) and what this load found there. The switch and counters are the
@@ -106,9 +116,12 @@ class RemoteTier:
         self._remote_has: set[SpirvKey] = set()
         #: of those, the keys the local cache already held at load: not pushed after load
         self._local_had: set[SpirvKey] = set()
-        #: blob keys read from the identity's set (None: not read yet), and those merged
+        #: blob keys read from the identity's set (None: not read yet)
         self._members: list[str] | None = None
-        self._merged: list[str] = []
+        #: blob key -> the driver cache it was merged into (a reset replaces that cache)
+        self._merged: dict[str, DriverPipelineCache] = {}
+        #: store key -> the value read there that failed a check, for the push to replace
+        self._bad: dict[str, BadValue] = {}
 
     @property
     def on(self) -> bool:
@@ -181,16 +194,45 @@ class RemoteTier:
         except RemoteStoreError as exc:
             self._turn_off(str(exc))
             return
-        spirv, blobs = await run_sync(self._judge, cache, keys, values, members, blob_values)
-        cache.add_spirv_entries(spirv)
-        for member, blob in blobs:
+        verdict = await run_sync(
+            partial(
+                judge_values,
+                keys,
+                values,
+                members,
+                blob_values,
+                identity=identity,
+                secret=self.secret,
+                source_hashes=cache.registry.source_hashes(),
+                limit=self.settings.max_value,
+            )
+        )
+        self._apply(verdict)
+        cache.add_spirv_entries(verdict.spirv)
+        for member, blob in verdict.blobs:
+            into = cache.vk_cache  # before merging: a reset meanwhile only keeps more listed
             try:
-                cache.merge_driver_blob(blob)
+                merged = cache.merge_driver_blob(blob)
             except AsyncVkError as exc:
                 self._reject(f"driver blob {member}", f"the driver refused it: {exc}")
                 continue
-            self._merged.append(member)
+            if not merged or into is None:  # it broke a pipeline in this process: not merged
+                self.state.add(misses=1)
+                continue
+            self._merged[member] = into
             self.state.add(hits=1)
+
+    def _apply(self, verdict: ReadVerdict) -> None:
+        """Count what a read found, and note what the push must not write, or may replace."""
+        self.state.add(
+            hits=len(verdict.spirv), misses=verdict.absent, bytes_read=verdict.bytes_read
+        )
+        for what, why in verdict.rejected:
+            self._reject(what, why)
+        self._remote_has |= verdict.present
+        for key in verdict.good:
+            self._bad.pop(key, None)
+        self._bad.update(verdict.bad)
 
     async def pull(self, cache: PipelineCache) -> None:
         """Adopt every SPIR-V entry the store holds for this device's macros, and its driver
@@ -204,53 +246,6 @@ class RemoteTier:
             return
         keys = [k for k in map(parse_spirv_value_key, names) if k is not None]
         await self._read(cache, keys, cache.vk_cache is not None)
-
-    def _judge(
-        self,
-        cache: PipelineCache,
-        missing: list[SpirvKey],
-        values: list[bytes | None],
-        members: list[str],
-        blob_values: list[bytes | None],
-    ) -> tuple[dict[SpirvKey, bytes], list[tuple[str, bytes]]]:
-        """Check every value read (worker thread): the SPIR-V to adopt, the blobs to merge."""
-        limit = self.settings.max_value
-        source_hashes = cache.registry.source_hashes()
-        identity = cache.device.info.identity
-        spirv: dict[SpirvKey, bytes] = {}
-        for key, value in zip(missing, values, strict=True):
-            what = f"SPIR-V of {key.shader!r} [option bits 0x{key.option_bits:x}]"
-            if value is None:
-                self.state.add(misses=1)
-                continue
-            self.state.add(bytes_read=len(value))
-            self._remote_has.add(key)  # present: not pushed again, even if it is bad
-            body = (
-                f"{len(value)} bytes, over max_value {limit}"
-                if len(value) > limit
-                else decode_spirv_value(value, key, self.secret, source_hashes)
-            )
-            if isinstance(body, str):
-                self._reject(what, body)
-                continue
-            spirv[key] = body
-            self.state.add(hits=1)
-        blobs: list[tuple[str, bytes]] = []
-        for member, value in zip(members, blob_values, strict=True):
-            if value is None:  # expired or evicted since it was listed
-                self.state.add(misses=1)
-                continue
-            self.state.add(bytes_read=len(value))
-            blob = (
-                f"{len(value)} bytes, over max_value {limit}"
-                if len(value) > limit
-                else decode_blob_value(value, member, identity, self.secret)
-            )
-            if isinstance(blob, str):
-                self._reject(f"driver blob {member}", blob)
-                continue
-            blobs.append((member, blob))
-        return spirv, blobs
 
     # -- after load ----------------------------------------------------------------------------
 
@@ -273,24 +268,27 @@ class RemoteTier:
             key=spirv_value_key,
         )
         built_new = new_blob or cache.statistics().driver_cache_misses > 0
-        blob = b""
-        if cache.vk_cache is not None and (built_new or candidates):
-            blob = await run_sync(cache.driver_blob)
-        if not candidates and not (built_new and blob_holds_pipelines(blob)):
+        vk_cache = cache.vk_cache  # the blob pushed is this one's: what was merged into it
+        blob, blob_key = b"", ""
+        if vk_cache is not None and (built_new or candidates or self._bad):
+            blob, blob_key = await run_sync(_blob_and_key, vk_cache, cache.device.info.identity)
+        repair = blob_key in self._bad  # a bad value of this very content: replaced
+        if not candidates and not repair and not (built_new and blob_holds_pipelines(blob)):
             return
         try:
             store = await self._open()
-            present = await store.exists_many([spirv_value_key(k) for k in candidates])
-            absent = [k for k, there in zip(candidates, present, strict=True) if not there]
-            self._remote_has.update(
-                k for k, there in zip(candidates, present, strict=True) if there
-            )
+            # a bad value read is known to be there: only a replace may write over it
+            unknown = [k for k in candidates if spirv_value_key(k) not in self._bad]
+            present = await store.exists_many([spirv_value_key(k) for k in unknown])
+            there = {k for k, found in zip(unknown, present, strict=True) if found}
+            self._remote_has |= there
+            absent = [k for k in candidates if k not in there]
             values = await run_sync(self._seal_entries, cache, absent, entries)
             for key, value in values:
-                await store.add(spirv_value_key(key), value, self.settings.ttl)
+                await self._write(store, spirv_value_key(key), value)
                 self._remote_has.add(key)
-                self.state.add(pushed=1, bytes_written=len(value))
-            await self._push_blob(cache, store, blob, built_new)
+            if vk_cache is not None and blob:
+                await self._push_blob(cache, store, vk_cache, blob, blob_key, built_new)
         except RemoteStoreError as exc:
             self._turn_off(str(exc))
         except Exception as exc:  # fail-open: a push never fails the caller, nor the save
@@ -313,18 +311,39 @@ class RemoteTier:
             sealed.append((key, value))
         return sealed
 
+    async def _write(self, store: RemoteStore, key: str, value: bytes) -> None:
+        """One value, where the store holds none, or over the bad value this process read
+        there while it is still exactly that (another writer's value since is kept)."""
+        ttl = self.settings.ttl
+        bad = self._bad.pop(key, None)
+        if bad is None:
+            written = await store.add(key, value, ttl)
+        else:
+            outcome = await store.replace_bad(key, value, ttl, bad)
+            written = outcome != "kept"
+            if outcome == "replaced":
+                self.state.add(replaced=1)
+                log.info("remote pipeline cache: replaced the value refused at %s", key)
+        if written:
+            self.state.add(pushed=1, bytes_written=len(value))
+
     async def _push_blob(
-        self, cache: PipelineCache, store: RemoteStore, blob: bytes, built_new: bool
+        self,
+        cache: PipelineCache,
+        store: RemoteStore,
+        vk_cache: DriverPipelineCache,
+        blob: bytes,
+        key: str,
+        built_new: bool,
     ) -> None:
-        """The driver blob, when it holds pipelines the store's blobs may lack."""
-        if not blob:
-            return
+        """``vk_cache``'s blob, when it holds pipelines the store's blobs may lack or is the
+        content of a bad value read; then its entry in the identity's set."""
         identity = cache.device.info.identity
         index = blob_index_key(identity)
         if self._members is None:
             self._members = await store.newest_members(index, self.settings.max_blobs)
-        key = blob_value_key(identity, blob)
-        if key in self._members or (self._members and not built_new):
+        nothing_new = key in self._members or (bool(self._members) and not built_new)
+        if nothing_new and key not in self._bad:
             return
         try:
             key, value = await run_sync(encode_blob_value, blob, identity, self.secret)
@@ -334,13 +353,14 @@ class RemoteTier:
         if len(value) > self.settings.max_value:
             self.state.add(too_large=1)
             return
+        await self._write(store, key, value)
+        # the blobs merged into this driver cache are in its blob: their entries can go. Not
+        # those merged into a cache a reset replaced, nor refused ones: others still need them
+        held = [m for m, into in self._merged.items() if into is vk_cache and m != key]
         ttl = self.settings.ttl
-        if await store.add(key, value, ttl):
-            self.state.add(pushed=1, bytes_written=len(value))
-        # the blobs merged into this one are in it: their entries in the set can go
-        await store.add_member(index, key, ttl, drop=self._merged, keep=self.settings.max_blobs)
+        await store.add_member(index, key, ttl, drop=held, keep=self.settings.max_blobs)
         self._members = [key]
-        self._merged = [key]
+        self._merged = {key: vk_cache}
 
     async def aclose(self) -> None:
         store, self._store = self._store, None
