@@ -364,19 +364,21 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
     assert "conv_gemm" in specs({**wide, 7: 1}, gpu)  # a depthwise type, one group
     assert "conv_gemm" not in specs({**wide, 7: 2}, gpu)  # two groups
     assert "conv_gemm" not in specs(wide, cpu)
-    # which one a plan records: by how many 64 x 64 tiles the output makes, per kernel size
+    # which one a plan records: by the layer's multiply-adds, per kernel size
     pointwise = {0: channels, 1: 1, 6: channels * taps}
-    tile = _conv_shaders.GEMM_TILE
-    for params, fewest in zip((pointwise, wide), _conv_shaders.GEMM_TILES, strict=True):
-        assert layer(params)._gemm_for(gpu, (channels, fewest, tile))
-        assert not layer(params)._gemm_for(gpu, (channels, fewest - 1, tile))
-        assert not layer(params)._gemm_for(cpu, (channels, fewest, tile))
+    for params, fewest in zip((pointwise, wide), _conv_shaders.GEMM_WORK, strict=True):
+        per_row = channels * 64 * params[6] // channels  # one 64-pixel row of output
+        rows = math.ceil(fewest / per_row)
+        assert layer(params)._gemm_for(gpu, (channels, rows, 64))
+        assert not layer(params)._gemm_for(gpu, (channels, rows - 1, 64))
+        assert not layer(params)._gemm_for(cpu, (channels, rows, 64))
     # before split-K: a deep 1x1 layer on a 7x7 map with enough channel tiles
     deep = {0: 2048, 1: 1, 6: 2048 * 1024}
     assert {"conv_gemm", "conv_splitk"} <= specs(deep, gpu)
     assert layer(deep)._gemm_for(gpu, (2048, 7, 7))
     assert not layer(deep)._splitk_for(gpu, (2048, 7, 7))
-    assert layer(deep)._splitk_for(gpu, (1024, 7, 7))  # 16 tiles: split-K
+    small = {0: 32, 1: 1, 6: 32 * 1024}
+    assert layer(small)._splitk_for(gpu, (32, 7, 7))  # 1.6M multiply-adds: split-K
     # taps split over workgroups when the tiles alone do not fill the GPU
     step = _conv_shaders.GEMM_STEP
     assert _conv_shaders.gemm_split_taps((512, 112, 112), 4608) >= 4608  # 1568 tiles: whole

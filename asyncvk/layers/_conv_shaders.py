@@ -17,14 +17,14 @@ maps up to 22x22, 3x3 and 5x5 ones up to 14x14 with few outputs; every larger ma
 by its output when it records.
 
 The implicit-GEMM shader stages 64 channels x 64 pixels x 16 taps in shared memory; each
-invocation accumulates 4 x 4 outputs. What decides whether it wins is how many 64 x 64 tiles
-(workgroups) the output makes: timing 130 distinct layers of 10 models both ways on the H100
-(2026-11-23, ``benchmarks/conv_shaders.py``, ``results/conv_shaders_h100.json``), 1x1 layers
-won from 24 tiles on (0.29-0.95x the time, ties at 31 tiles with 24 channels) and larger
-kernels from 96 on (0.18-0.87x: vgg16's 3x3 layers 2.2-5.6x faster); with fewer tiles the
-H100's 132 multiprocessors idle and it lost, up to 6x. A layer with fewer than 16 output
-channels wastes most of a tile (an RRDB's 3-channel output layer lost 1.4x at 256 tiles).
-"""
+invocation accumulates 4 x 4 outputs, and a layer whose output makes too few 64 x 64 tiles to
+fill the GPU splits its taps over workgroups (a second pass adds the parts). Timing 115
+distinct layers of 10 models with every shader on the H100 (2026-11-23,
+``benchmarks/conv_shaders.py``, ``results/conv_shaders_split_h100.json``), it won wherever a
+layer has work enough to hide its fixed 13-35 us: from 2M multiply-adds for 1x1 kernels and
+4M for larger ones (vgg16's 3x3 layers 3.7-5.9x faster, resnet50's 1x1 and 3x3 ones 2.5-6x);
+that rule costs 0.7% over picking the faster shader per layer, and 47% less than never using
+it. A layer of fewer than 16 output channels wastes most of a tile."""
 
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ LOCAL = (64, 1, 1)
 GEMM_SHADER = "gpu"
 #: (fewest taps per output, fewest output channels) for a layer to get the GEMM pipeline
 GEMM_BOUNDS = (16, 16)
-#: fewest 64 x 64 output tiles for a plan to record the GEMM shader: 1x1 kernels, larger ones
-GEMM_TILES = (24, 96)
+#: fewest multiply-adds (output channels x pixels x taps) for a plan to record the GEMM
+#: shader: 1x1 kernels, larger ones
+GEMM_WORK = (2_000_000, 4_000_000)
 GEMM_LOCAL = (256, 1, 1)
 GEMM_TILE = 64  # output channels and output pixels per workgroup
 GEMM_STEP = 16  # taps per step of convolution_gemm.comp
@@ -123,11 +124,11 @@ def gemm_offered(info: GpuInfo, taps: int, channels: int) -> bool:
     )
 
 
-def gemm_chosen(output: tuple[int, ...], kernel: tuple[int, int]) -> bool:
+def gemm_chosen(output: tuple[int, ...], kernel: tuple[int, int], taps: int) -> bool:
     """Whether a layer that was offered it records ``output`` (c, h, w) with the GEMM shader."""
-    pixel_tiles, channel_tiles, _ = gemm_groups(output)
-    fewest = GEMM_TILES[0] if kernel == (1, 1) else GEMM_TILES[1]
-    return GEMM_SHADER == "always" or pixel_tiles * channel_tiles >= fewest
+    oc, oh, ow = output
+    fewest = GEMM_WORK[0] if kernel == (1, 1) else GEMM_WORK[1]
+    return GEMM_SHADER == "always" or oc * oh * ow * taps >= fewest
 
 
 def gemm_groups(output: tuple[int, ...], splits: int = 1) -> tuple[int, int, int]:
