@@ -208,6 +208,8 @@ async def close_net(opened: OpenNet, *, save: bool = True, release: bool = True)
     report: dict[str, Any] = {}
     cache = opened.cache
     t0 = time.perf_counter()
+    if save:
+        await opened.net.background_builds()  # in the saved cache, so the next run has them
     if save and cache is not None and opened.config.cache_file and not opened.config.read_only:
         from_remote = (opened.net.remote_status or {}).get("hits", 0)
         if opened.report.get("cache_loaded") and built_nothing_new(cache) and not from_remote:

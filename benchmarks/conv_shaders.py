@@ -37,6 +37,7 @@ async def profile(d: Path, shader: str) -> dict[str, dict[str, Any]]:
     async with Net() as net:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
+        await net.background_builds()  # time what the model settles on
         assert net.graph is not None
         nodes = {n.layer.name: n for n in net.graph.nodes}
         times: dict[str, list[float]] = {}

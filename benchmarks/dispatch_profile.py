@@ -57,6 +57,7 @@ async def profile_model(d: Path, loops: int, top: int, fp16: bool, every: bool) 
     async with Net(Option(use_fp16_storage=fp16)) as net:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
+        await net.background_builds()  # time what the model settles on
 
         walls = await timed_extractions(net, in_name, x, out_name, loops)
         profiled_walls: list[float] = []

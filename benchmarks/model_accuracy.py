@@ -23,6 +23,7 @@ async def error(d: Path, variant: str, opt: Option) -> float:
     async with Net(opt) as net:
         await net.load_param(d / f"{variant}.param")
         await net.load_model(d / f"{variant}.bin")
+        await net.background_builds()  # time what the model settles on
         ex = net.create_extractor()
         ex.input("in0", np.load(d / "input.npy"))
         y = (await ex.extract("out0")).astype(np.float64)

@@ -123,6 +123,11 @@ class Layer:
         """The pipelines ``record`` dispatches, by key (independent of blob shapes)."""
         raise NotImplementedError(f"{self.type_name} has no GPU path")
 
+    def background_pipelines(self, target: GpuTarget) -> frozenset[str]:
+        """Keys of :meth:`pipeline_specs` that ``load_model`` does not wait for: faster
+        alternatives that ``record`` uses once built (``ctx.has_pipeline``)."""
+        return frozenset()
+
     def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
         """The arrays to upload, by the name ``record`` asks ``ctx.weight`` for."""
         return {}

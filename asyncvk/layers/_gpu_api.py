@@ -104,6 +104,10 @@ class RecordContext(Protocol):
         """The uploaded weight ``name`` (a key of the layer's weights())."""
         ...
 
+    def has_pipeline(self, key: str) -> bool:
+        """Whether pipeline ``key`` is built (a background one may not be yet)."""
+        ...
+
     def scratch(self, nbytes: int) -> Buffer:
         """A temporary buffer that lives as long as the recorded plan."""
         ...

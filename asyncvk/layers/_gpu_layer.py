@@ -31,6 +31,9 @@ class GpuLayer:
     def pipeline_specs(self) -> dict[str, PipelineSpec]:
         return self.layer.pipeline_specs(self.target)
 
+    def background_pipelines(self) -> frozenset[str]:
+        return self.layer.background_pipelines(self.target)
+
     def weights(self) -> dict[str, np.ndarray]:
         return self.layer.gpu_weights(self.target)
 

@@ -176,6 +176,10 @@ class ConvParams(Layer):
         return weight
 
 
+#: the implicit-GEMM pipelines, built in the background (see ``background_pipelines``)
+_GEMM_KEYS = frozenset({"conv_gemm", "conv_gemm_sum"})
+
+
 @register_layer("Convolution")
 class Convolution(ConvParams):
     """ncnn Convolution: params 0-6, 8-16, 18, 19; weights (out, in, kh, kw) then bias.
@@ -364,6 +368,11 @@ class Convolution(ConvParams):
             pipelines |= _int8.pipeline_specs(target, requantize, bool(self.bias_term), act)
         return pipelines
 
+    def background_pipelines(self, target: GpuTarget) -> frozenset[str]:
+        """The GEMM pair: a faster alternative whose driver compile (up to 0.1 s more per cold
+        load on the H100) no load waits for; plans adopt it once built."""
+        return _GEMM_KEYS if self._gemm(target.info) else frozenset()
+
     def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
         if not self._tiled(info):
             return weight
@@ -384,10 +393,11 @@ class Convolution(ConvParams):
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         buffers = blobs_and_weights(ctx, [source], [output])
-        if self._gemm_for(ctx.info, output.shape):
+        if self._gemm_for(ctx.info, output.shape) and all(map(ctx.has_pipeline, _GEMM_KEYS)):
             self._record_gemm(ctx, buffers, push, output)
             return
-        if self._splitk_for(ctx.info, output.shape):
+        kernel = (self.kernel_w, self.kernel_h)
+        if self._splitk(ctx.info) and _conv_shaders.chosen(output.shape, kernel):
             groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
             ctx.dispatch("conv_splitk", buffers, push, groups)
             return

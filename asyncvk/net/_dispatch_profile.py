@@ -14,6 +14,7 @@ a little slower than plain ones, which is why ``benchmarks/dispatch_profile.py``
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -216,6 +217,8 @@ class ProfilingExtractor(Extractor):
             key = plan_key(shapes, target)
             plan = self._plans.get(key)
             if plan is None:
+                if gpu_model.background is not None:  # profile what the model settles on
+                    await asyncio.shield(gpu_model.background)
                 plan = await run_sync(ProfiledPlan, graph, gpu_model, shapes, target)
                 self._plans[key] = plan
             out = await plan.run(self._inputs)

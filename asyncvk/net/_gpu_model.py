@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
@@ -34,6 +35,8 @@ from ._option import Option
 from ._plan import Plan, Shape
 from ._plan_pool import PlanPool
 from ._shape_hints import shape_baked_specs
+
+log = logging.getLogger("asyncvk.net")
 
 Progress = Callable[[int, int], None]
 #: Called with every spec before any is requested: fills the cache from a remote tier.
@@ -85,11 +88,17 @@ class GpuModel:
         self.storage_fp16 = storage_fp16
         #: node index -> its GPU half; nodes that run on the CPU are absent.
         self.bound: dict[int, BoundNode] = {}
-        self.plans = PlanPool(self._make_plan, max_per_shape=max_plans_per_shape)
+        self.plans = PlanPool(
+            self._make_plan, max_per_shape=max_plans_per_shape, version=self._version
+        )
         #: Command buffers recorded by this model's plans (a replay records none).
         self.commands_recorded = 0
         self.load_times = GpuLoadTimes()
         self._held: list[PipelineArtifact] = []
+        #: pipelines adopted since load; a plan recorded at an older count is re-recorded
+        self.pipelines_version = 0
+        #: the background builds (layers' ``background_pipelines``), adopted as they finish
+        self.background: asyncio.Future[None] | None = None
         self._users = 0
         self._unused: asyncio.Event | None = None
 
@@ -134,11 +143,14 @@ class GpuModel:
             await prefetch([spec for _, _, spec in wanted + baked])
         started = cache.request_many(spec for _, _, spec in wanted + baked)
         futures = [(bound, key, started[spec]) for bound, key, spec in wanted + baked]
+        later = [f for f in futures if f[1] in f[0].gpu_layer.background_pipelines()]
+        now = [f for f in futures if f[1] not in f[0].gpu_layer.background_pipelines()]
         try:
-            await model._build(futures, progress)
+            await model._build(now, progress)
         except BaseException:
             model.release()
             raise
+        model.background = asyncio.ensure_future(model._adopt(later))
         model.load_times = dataclasses.replace(
             model.load_times, pipelines_requested=len(futures), shape_baked_pipelines=len(baked)
         )
@@ -199,6 +211,28 @@ class GpuModel:
             raise
         self.load_times = GpuLoadTimes(pipelines_s, time.perf_counter() - t0)
 
+    async def _adopt(
+        self,
+        futures: list[tuple[BoundNode, str | tuple[str, bytes], Future[PipelineArtifact]]],
+    ) -> None:
+        """Hand each background pipeline to its node as it is built; one that fails to build
+        is left out (its layer records the pipelines it already has)."""
+        for bound, key, fut in futures:
+            try:
+                artifact = await await_shared(fut)
+            except Exception as exc:
+                log.info("background pipeline %s of %s not built: %s", key, bound.node, exc)
+                continue
+            self._held.append(artifact.acquire())
+            if isinstance(key, tuple):
+                bound.baked[key] = artifact
+            else:
+                bound.pipelines[key] = artifact
+            self.pipelines_version += 1
+
+    def _version(self) -> int:
+        return self.pipelines_version
+
     def _upload_weights(self) -> None:
         dtype = np.float16 if self.storage_fp16 else np.float32
         for bound in self.bound.values():
@@ -212,7 +246,10 @@ class GpuModel:
                 )
 
     def _make_plan(self, shapes: dict[int, Shape], target: int) -> Plan:
-        return Plan(self.graph, self, shapes, target)
+        version = self.pipelines_version  # read first: one adopted while recording is not in it
+        plan = Plan(self.graph, self, shapes, target)
+        plan.pipelines_version = version
+        return plan
 
     # -- use and release ---------------------------------------------------------------------
 
@@ -234,6 +271,8 @@ class GpuModel:
 
     def release(self) -> None:
         """Free plans and weight buffers and drop the pipeline holds. Idempotent."""
+        if self.background is not None:
+            self.background.cancel()  # the builds go on, owned by the cache
         self.plans.release()
         for bound in self.bound.values():
             for buf in bound.weights.values():

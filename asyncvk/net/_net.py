@@ -147,12 +147,24 @@ class Net:
                 prefetch=None if remote is None else lambda specs: remote.fetch(cache, specs),
             )
             self._start_autosave(cache)
-            if remote is not None:  # after load, beside the first requests
-                self._pending_push = asyncio.ensure_future(remote.push(cache))
+            if remote is not None:  # after load (and its background builds), beside requests
+                self._pending_push = asyncio.ensure_future(self._push_when_built(remote, cache))
         elif progress:
             progress(len(graph.nodes), len(graph.nodes))
         self.load_stats = self._statistics(time.perf_counter() - start, read_s)
         self.loaded = True
+
+    async def background_builds(self) -> None:
+        """Wait for the pipelines ``load_model`` left building in the background: faster
+        alternatives (the implicit-GEMM convolution on GPUs) that plans adopt once built. A
+        save after this holds them, so the next process finds them cached."""
+        gpu = self.gpu_model
+        if gpu is not None and gpu.background is not None and not gpu.background.done():
+            await asyncio.wait([gpu.background])  # its own end, never its failure
+
+    async def _push_when_built(self, remote: RemoteTier, cache: PipelineCache) -> None:
+        await self.background_builds()
+        await remote.push(cache)
 
     def _statistics(self, load_model_s: float, read_s: float) -> LoadStatistics:
         total = len(self.graph.nodes) if self.graph is not None else 0

@@ -67,6 +67,8 @@ class Plan:
         self.gpu_model = gpu_model
         self.device = gpu_model.device
         self.target = target
+        #: the model's pipelines_version when recorded (``PlanPool`` drops older plans)
+        self.pipelines_version = 0
         self.input_shapes = dict(input_shapes)
         self.owned: list[Buffer] = []
         #: Dispatches recorded with a shape-baked pipeline (``Option.use_shape_hints``).

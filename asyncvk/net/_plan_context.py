@@ -57,6 +57,9 @@ class PlanContext:
     def weight(self, name: str) -> Buffer:
         return self._node.weights[name]
 
+    def has_pipeline(self, key: str) -> bool:
+        return key in self._node.pipelines
+
     def scratch(self, nbytes: int) -> Buffer:
         buf = self._plan.device.allocate(max(nbytes, 4))
         self._plan.owned.append(buf)

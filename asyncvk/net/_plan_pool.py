@@ -3,6 +3,8 @@
 A plan's arena holds one inference's blobs, so concurrent extractions of one shape each need a
 plan: up to ``max_per_shape`` are made, and further extractions wait for one to come back.
 Plans of at most ``max_shapes`` shapes are kept; a new shape drops the idle plans of the oldest.
+A plan recorded before the model adopted a background pipeline is dropped when it comes back, so
+the next extraction records one that can use it.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ class PlanPool:
         *,
         max_per_shape: int,
         max_shapes: int = 8,
+        version: Callable[[], int] = lambda: 0,
     ) -> None:
         self._build = build
+        self._version = version
         self._max_per_shape = max_per_shape
         self._max_shapes = max_shapes
         #: Every plan made, lent or idle, by key.
@@ -47,6 +51,10 @@ class PlanPool:
         async with self._cond:
             while True:
                 idle = self._idle.setdefault(key, [])
+                while idle and idle[-1].pipelines_version != self._version():
+                    stale = idle.pop()  # recorded before a background pipeline was adopted
+                    self.plans[key].remove(stale)
+                    stale.release()
                 if idle:
                     return idle.pop()
                 plans = self.plans.setdefault(key, [])
@@ -63,9 +71,12 @@ class PlanPool:
         assert self._cond is not None
         key = plan_key(plan.input_shapes, plan.target)
         async with self._cond:
-            if plan in self.plans.get(key, []):
+            plans = self.plans.get(key, [])
+            if plan in plans and plan.pipelines_version == self._version():
                 self._idle.setdefault(key, []).append(plan)
-            else:
+            else:  # evicted, or recorded before a background pipeline was adopted
+                if plan in plans:
+                    plans.remove(plan)
                 plan.release()
             self._cond.notify()
 

@@ -170,6 +170,9 @@ class _CaptureContext:
     def weight(self, name: str) -> Any:
         return _Placeholder()
 
+    def has_pipeline(self, key: str) -> bool:
+        return False  # background pipelines are not baked: a load would wait for them
+
     def scratch(self, nbytes: int) -> Any:
         raise _NotCapturable("scratch")
 

@@ -1,0 +1,74 @@
+"""Background pipelines: ``load_model`` returns without waiting for a layer's faster
+alternative (the implicit-GEMM convolution), plans use what is built, and a plan recorded
+before the alternative was adopted is recorded again afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from test_layers_gpu import CASES, Case, build
+
+from asyncvk.cache import _spirv_entries
+from asyncvk.layers import _conv_shaders
+from asyncvk.net._dispatch_profile import ProfilingExtractor
+from asyncvk.net._net import Net
+
+RNG = np.random.default_rng(5)
+CASE: Case = next(c for c in CASES if c.params.startswith("0=70 "))  # splits its taps too
+
+
+async def _extract(net: Net, x: np.ndarray) -> np.ndarray:
+    ex = net.create_extractor()
+    ex.input("in0", x)
+    return await ex.extract("out0")
+
+
+async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")  # lavapipe's own choice
+    gate = threading.Event()
+    compile_glsl = _spirv_entries.compile_glsl
+
+    def held_back(text: str, name: str, **kwargs: Any) -> bytes:
+        if name.startswith("convolution_gemm"):  # the background builds wait for the test
+            assert gate.wait(120)
+        return compile_glsl(text, name, **kwargs)
+
+    monkeypatch.setattr(_spirv_entries, "compile_glsl", held_back)
+    param, weights = build(CASE)
+    x = RNG.standard_normal(CASE.inputs[0]).astype(np.float32)
+    cpu = Net()
+    cpu.opt.use_vulkan_compute = False
+    await cpu.load_param(param)
+    await cpu.load_model(weights)
+    expected = await _extract(cpu, x)
+    await cpu.aclose()
+    try:
+        async with Net() as net:
+            await net.load_param(param)
+            await asyncio.wait_for(net.load_model(weights), 120)  # returns with the gate shut
+            assert net.gpu_model is not None and net.gpu_model.pipelines_version == 0
+            first = await _extract(net, x)
+            ((before,),) = net.gpu_model.plans.plans.values()
+            gate.set()
+            await net.background_builds()
+            assert net.gpu_model.pipelines_version == 2  # conv_gemm and conv_gemm_sum
+            second = await _extract(net, x)
+            ((after,),) = net.gpu_model.plans.plans.values()
+            assert after is not before  # recorded again, now with the GEMM pipelines
+            async with ProfilingExtractor(net) as ex:
+                ex.input("in0", x)
+                await ex.extract("out0")
+                assert ex.profile is not None
+                shaders = {d.shader for d in ex.profile.dispatches}
+            assert shaders == {"convolution_gemm", "convolution_gemm_sum"}
+    finally:
+        gate.set()
+    for got in (first, second):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=2e-5)
