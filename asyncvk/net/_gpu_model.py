@@ -141,18 +141,23 @@ class GpuModel:
             baked = [(model.bound[i], key, spec) for i, key, spec in requests]
         if prefetch is not None:
             await prefetch([spec for _, _, spec in wanted + baked])
-        started = cache.request_many(spec for _, _, spec in wanted + baked)
-        futures = [(bound, key, started[spec]) for bound, key, spec in wanted + baked]
-        later = [f for f in futures if f[1] in f[0].gpu_layer.background_pipelines()]
-        now = [f for f in futures if f[1] not in f[0].gpu_layer.background_pipelines()]
+        # background pipelines are requested once the load's own are built, so that their
+        # compiles never hold a compile thread the load waits for
+        now: list[_Wanted] = list(baked)
+        later: list[_Wanted] = []
+        for w in wanted:
+            (later if w[1] in w[0].gpu_layer.background_pipelines() else now).append(w)
+        started = cache.request_many(spec for _, _, spec in now)
         try:
-            await model._build(now, progress)
+            await model._build([(b, key, started[spec]) for b, key, spec in now], progress)
         except BaseException:
             model.release()
             raise
-        model.background = asyncio.ensure_future(model._adopt(later))
+        model.background = asyncio.ensure_future(model._adopt(cache, later))
         model.load_times = dataclasses.replace(
-            model.load_times, pipelines_requested=len(futures), shape_baked_pipelines=len(baked)
+            model.load_times,
+            pipelines_requested=len(now) + len(later),
+            shape_baked_pipelines=len(baked),
         )
         return model
 
@@ -211,13 +216,12 @@ class GpuModel:
             raise
         self.load_times = GpuLoadTimes(pipelines_s, time.perf_counter() - t0)
 
-    async def _adopt(
-        self,
-        futures: list[tuple[BoundNode, str | tuple[str, bytes], Future[PipelineArtifact]]],
-    ) -> None:
-        """Hand each background pipeline to its node as it is built; one that fails to build
-        is left out (its layer records the pipelines it already has)."""
-        for bound, key, fut in futures:
+    async def _adopt(self, cache: PipelineCache, wanted: list[_Wanted]) -> None:
+        """Build the background pipelines and hand each to its node as it is done; one that
+        fails to build is left out (its layer records the pipelines it already has)."""
+        started = cache.request_many(spec for _, _, spec in wanted)
+        for bound, key, spec in wanted:
+            fut = started[spec]
             try:
                 artifact = await await_shared(fut)
             except Exception as exc:
