@@ -75,6 +75,8 @@ class _CountingCache(PipelineCache):
 
 
 async def test_net_requests_all_its_pipelines_in_one_batch(device: VulkanDevice) -> None:
+    """One batch for the load (a GPU's background pipelines, none on a CPU device, would make
+    a second after it)."""
     with _CountingCache(device) as cache:
         cache.calls = []
         net = Net(Option(pipeline_cache=cache))

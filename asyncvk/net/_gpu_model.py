@@ -219,6 +219,8 @@ class GpuModel:
     async def _adopt(self, cache: PipelineCache, wanted: list[_Wanted]) -> None:
         """Build the background pipelines and hand each to its node as it is done; one that
         fails to build is left out (its layer records the pipelines it already has)."""
+        if not wanted:
+            return
         started = cache.request_many(spec for _, _, spec in wanted)
         for bound, key, spec in wanted:
             fut = started[spec]
