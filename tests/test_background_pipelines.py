@@ -72,3 +72,32 @@ async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
         gate.set()
     for got in (first, second):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=2e-5)
+
+
+async def test_closing_waits_for_the_background_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache saved after ``async with Net(...)`` holds the background pipelines."""
+    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")
+    gate = threading.Event()
+    compile_glsl = _spirv_entries.compile_glsl
+
+    def held_back(text: str, name: str, **kwargs: Any) -> bytes:
+        if name.startswith("convolution_gemm"):
+            assert gate.wait(120)
+        return compile_glsl(text, name, **kwargs)
+
+    monkeypatch.setattr(_spirv_entries, "compile_glsl", held_back)
+    param, weights = build(CASE)
+    net = Net()
+    try:
+        await net.load_param(param)
+        await asyncio.wait_for(net.load_model(weights), 120)
+        closing = asyncio.ensure_future(net.aclose())
+        await asyncio.sleep(0.5)
+        assert not closing.done()
+        assert net.gpu_model is not None and net.gpu_model.pipelines_version == 0
+        gate.set()
+        await asyncio.wait_for(closing, 120)
+    finally:
+        gate.set()
+        await net.aclose()

@@ -314,8 +314,10 @@ class Net:
         self.cache = None
 
     async def aclose(self) -> None:
-        """Flush the cache folder's background save, then :meth:`close`."""
+        """Wait for the background builds, flush the cache folder's background save, then
+        :meth:`close`: a cache saved after ``async with Net(...)`` holds every pipeline built."""
         if not self._closed:
+            await self.background_builds()
             try:
                 await self.flush_cache()
                 if self._autosaver is not None:
