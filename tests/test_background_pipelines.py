@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,24 @@ RNG = np.random.default_rng(5)
 CASE: Case = next(c for c in CASES if c.params.startswith("0=70 "))  # splits its taps too
 
 
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """GPU-like shader choices on lavapipe, and the GEMM builds held until the gate opens."""
+    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")  # lavapipe's own choice
+    opened = threading.Event()
+    compile_glsl = _spirv_entries.compile_glsl
+
+    def held_back(text: str, name: str, **kwargs: Any) -> bytes:
+        if name.startswith("convolution_gemm"):  # the background builds wait for the test
+            assert opened.wait(120)
+        return compile_glsl(text, name, **kwargs)
+
+    monkeypatch.setattr(_spirv_entries, "compile_glsl", held_back)
+    yield opened
+    opened.set()
+
+
 async def _extract(net: Net, x: np.ndarray) -> np.ndarray:
     ex = net.create_extractor()
     ex.input("in0", x)
@@ -28,19 +47,8 @@ async def _extract(net: Net, x: np.ndarray) -> np.ndarray:
 
 
 async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
-    monkeypatch: pytest.MonkeyPatch,
+    gate: threading.Event,
 ) -> None:
-    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")  # lavapipe's own choice
-    gate = threading.Event()
-    compile_glsl = _spirv_entries.compile_glsl
-
-    def held_back(text: str, name: str, **kwargs: Any) -> bytes:
-        if name.startswith("convolution_gemm"):  # the background builds wait for the test
-            assert gate.wait(120)
-        return compile_glsl(text, name, **kwargs)
-
-    monkeypatch.setattr(_spirv_entries, "compile_glsl", held_back)
     param, weights = build(CASE)
     x = RNG.standard_normal(CASE.inputs[0]).astype(np.float32)
     cpu = Net()
@@ -49,8 +57,8 @@ async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
     await cpu.load_model(weights)
     expected = await _extract(cpu, x)
     await cpu.aclose()
-    try:
-        async with Net() as net:
+    async with Net() as net:
+        try:  # opened before the Net closes: closing waits for the held builds
             await net.load_param(param)
             await asyncio.wait_for(net.load_model(weights), 120)  # returns with the gate shut
             assert net.gpu_model is not None and net.gpu_model.pipelines_version == 0
@@ -68,25 +76,14 @@ async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
                 assert ex.profile is not None
                 shaders = {d.shader for d in ex.profile.dispatches}
             assert shaders == {"convolution_gemm", "convolution_gemm_sum"}
-    finally:
-        gate.set()
+        finally:
+            gate.set()
     for got in (first, second):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=2e-5)
 
 
-async def test_closing_waits_for_the_background_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_closing_waits_for_the_background_builds(gate: threading.Event) -> None:
     """A cache saved after ``async with Net(...)`` holds the background pipelines."""
-    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")
-    gate = threading.Event()
-    compile_glsl = _spirv_entries.compile_glsl
-
-    def held_back(text: str, name: str, **kwargs: Any) -> bytes:
-        if name.startswith("convolution_gemm"):
-            assert gate.wait(120)
-        return compile_glsl(text, name, **kwargs)
-
-    monkeypatch.setattr(_spirv_entries, "compile_glsl", held_back)
     param, weights = build(CASE)
     net = Net()
     try:
