@@ -61,7 +61,7 @@ async def profile(d: Path, shader: str) -> dict[str, dict[str, Any]]:
                 out[name] = {
                     "ms": statistics.median(ts),
                     "k": layer.kernel_w,
-                    "taps": layer.weight_data_size // max(1, layer.num_output),
+                    "taps": layer.taps,
                     "group": layer.group,
                     "out": plan.shapes.get(node.tops[0]),
                 }

@@ -13,7 +13,7 @@ from asyncvk.gpu._realized_types import FUNCTIONS, TYPES, VALUE_TYPES
 PACKAGE = Path(__file__).resolve().parent.parent / "asyncvk"
 _NEW = re.compile(r'ffi\.new\(\s*"(Vk\w+)')
 _CONSTRUCTOR = re.compile(r"\bvk\.(Vk\w+)\(")
-_CALL = re.compile(r"\b(?:checked|api)\.(vk\w+)")
+_CALL = re.compile(r"\b(?:checked|api)\.(vk[A-Z]\w+)")
 _VALUE = re.compile(r'ffi\.(?:new|cast)\(\s*"((?!Vk)[\w ]+\**)(\[\d*\])?"')
 
 

@@ -151,7 +151,6 @@ FUNCTIONS = (
     "vkUpdateDescriptorSetWithTemplate",
     "vkUpdateDescriptorSets",
     "vkWaitForFences",
-    "vkX",
 )
 
 _lock = threading.Lock()

@@ -101,6 +101,11 @@ class ConvParams(Layer):
         return self.kernel_w * self.kernel_h
 
     @property
+    def taps(self) -> int:
+        """Multiply-adds per output: input channels per group x kernel area."""
+        return self.weight_data_size // max(1, self.num_output)
+
+    @property
     def kernel_extent(self) -> tuple[int, int]:
         """(extent_h, extent_w): the span a dilated kernel covers."""
         return (
@@ -311,8 +316,7 @@ class Convolution(ConvParams):
         """Whether this layer also gets convolution_splitk.comp (used when the output is small)."""
         if self.group != 1 or self.int8_requested or self._tiled(info):
             return False
-        taps = self.weight_data_size // max(1, self.num_output)
-        return _conv_shaders.offered(info, taps, (self.kernel_w, self.kernel_h))
+        return _conv_shaders.offered(info, self.taps, (self.kernel_w, self.kernel_h))
 
     def _splitk_for(self, info: GpuInfo, output: Shape) -> bool:
         """Whether a plan records this layer's ``output`` with the split-K shader."""
@@ -326,15 +330,13 @@ class Convolution(ConvParams):
         """Whether this layer also gets convolution_gemm.comp (used when the output is large)."""
         if self.group != 1 or self.int8_requested or self._tiled(info):
             return False
-        taps = self.weight_data_size // max(1, self.num_output)
-        return _conv_shaders.gemm_offered(info, taps, self.num_output)
+        return _conv_shaders.gemm_offered(info, self.taps, self.num_output)
 
     def _gemm_for(self, info: GpuInfo, output: Shape) -> bool:
         """Whether a plan records this layer's ``output`` with the GEMM shader (before split-K:
         a 1x1 layer of 2048 channels on a 7x7 map ran in 0.03 ms with it against 0.29 ms)."""
-        taps = self.weight_data_size // max(1, self.num_output)
         kernel = (self.kernel_w, self.kernel_h)
-        return self._gemm(info) and _conv_shaders.gemm_chosen(output, kernel, taps)
+        return self._gemm(info) and _conv_shaders.gemm_chosen(output, kernel, self.taps)
 
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         """The shader, and the output columns and channels one invocation computes."""
@@ -410,9 +412,8 @@ class Convolution(ConvParams):
     ) -> None:
         """convolution_gemm.comp, its taps split over workgroups (then summed by
         convolution_gemm_sum.comp) when the output's tiles alone would leave the GPU idle."""
-        taps = self.weight_data_size // max(1, self.num_output)
-        split_taps = _conv_shaders.gemm_split_taps(output.shape, taps)
-        splits = math.ceil(taps / split_taps)
+        split_taps = _conv_shaders.gemm_split_taps(output.shape, self.taps)
+        splits = math.ceil(self.taps / split_taps)
         gemm_push = push + pack_push("i", split_taps)
         groups = capped_groups(_conv_shaders.gemm_groups(output.shape, splits), ctx.info)
         if splits == 1:  # the partial binding is unused: the output stands in for it

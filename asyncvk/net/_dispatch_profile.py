@@ -14,7 +14,6 @@ a little slower than plain ones, which is why ``benchmarks/dispatch_profile.py``
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -217,8 +216,7 @@ class ProfilingExtractor(Extractor):
             key = plan_key(shapes, target)
             plan = self._plans.get(key)
             if plan is None:
-                if gpu_model.background is not None:  # profile what the model settles on
-                    await asyncio.shield(gpu_model.background)
+                await gpu_model.settled()  # profile what the model settles on
                 plan = await run_sync(ProfiledPlan, graph, gpu_model, shapes, target)
                 self._plans[key] = plan
             out = await plan.run(self._inputs)

@@ -58,6 +58,13 @@ class BoundNode:
     baked: dict[tuple[str, bytes], PipelineArtifact] = field(default_factory=dict)
     weights: dict[str, Buffer] = field(default_factory=dict)
 
+    def attach(self, key: str | tuple[str, bytes], artifact: PipelineArtifact) -> None:
+        """Give the node a built pipeline: a shape-baked one under (key, push bytes)."""
+        if isinstance(key, tuple):
+            self.baked[key] = artifact
+        else:
+            self.pipelines[key] = artifact
+
 
 @dataclass(frozen=True)
 class GpuLoadTimes:
@@ -89,7 +96,9 @@ class GpuModel:
         #: node index -> its GPU half; nodes that run on the CPU are absent.
         self.bound: dict[int, BoundNode] = {}
         self.plans = PlanPool(
-            self._make_plan, max_per_shape=max_plans_per_shape, version=self._version
+            self._make_plan,
+            max_per_shape=max_plans_per_shape,
+            version=lambda: self.pipelines_version,
         )
         #: Command buffers recorded by this model's plans (a replay records none).
         self.commands_recorded = 0
@@ -197,10 +206,7 @@ class GpuModel:
                 if artifact is None:
                     artifact = built[fut] = await await_shared(fut)
                     self._held.append(artifact.acquire())  # cache.clear() safe
-                if isinstance(key, tuple):
-                    bound.baked[key] = artifact
-                else:
-                    bound.pipelines[key] = artifact
+                bound.attach(key, artifact)
                 pending[bound.node.index] -= 1
                 if pending[bound.node.index] == 0:
                     done += 1
@@ -230,14 +236,13 @@ class GpuModel:
                 log.info("background pipeline %s of %s not built: %s", key, bound.node, exc)
                 continue
             self._held.append(artifact.acquire())
-            if isinstance(key, tuple):
-                bound.baked[key] = artifact
-            else:
-                bound.pipelines[key] = artifact
+            bound.attach(key, artifact)
             self.pipelines_version += 1
 
-    def _version(self) -> int:
-        return self.pipelines_version
+    async def settled(self) -> None:
+        """Return once the background builds have ended (never raises their failure)."""
+        if self.background is not None and not self.background.done():
+            await asyncio.wait([self.background])
 
     def _upload_weights(self) -> None:
         dtype = np.float16 if self.storage_fp16 else np.float32
@@ -252,10 +257,7 @@ class GpuModel:
                 )
 
     def _make_plan(self, shapes: dict[int, Shape], target: int) -> Plan:
-        version = self.pipelines_version  # read first: one adopted while recording is not in it
-        plan = Plan(self.graph, self, shapes, target)
-        plan.pipelines_version = version
-        return plan
+        return Plan(self.graph, self, shapes, target)
 
     # -- use and release ---------------------------------------------------------------------
 

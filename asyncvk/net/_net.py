@@ -158,9 +158,8 @@ class Net:
         """Wait for the pipelines ``load_model`` left building in the background: faster
         alternatives (the implicit-GEMM convolution on GPUs) that plans adopt once built. A
         save after this holds them, so the next process finds them cached."""
-        gpu = self.gpu_model
-        if gpu is not None and gpu.background is not None and not gpu.background.done():
-            await asyncio.wait([gpu.background])  # its own end, never its failure
+        if self.gpu_model is not None:
+            await self.gpu_model.settled()
 
     async def _push_when_built(self, remote: RemoteTier, cache: PipelineCache) -> None:
         await self.background_builds()

@@ -67,8 +67,9 @@ class Plan:
         self.gpu_model = gpu_model
         self.device = gpu_model.device
         self.target = target
-        #: the model's pipelines_version when recorded (``PlanPool`` drops older plans)
-        self.pipelines_version = 0
+        #: the model's pipelines_version when recorded (``PlanPool`` drops older plans); read
+        #: before recording, so one adopted meanwhile is not counted in
+        self.pipelines_version = gpu_model.pipelines_version
         self.input_shapes = dict(input_shapes)
         self.owned: list[Buffer] = []
         #: Dispatches recorded with a shape-baked pipeline (``Option.use_shape_hints``).

@@ -51,7 +51,7 @@ class PlanPool:
         async with self._cond:
             while True:
                 idle = self._idle.setdefault(key, [])
-                while idle and idle[-1].pipelines_version != self._version():
+                while idle and not self._current(idle[-1]):
                     stale = idle.pop()  # recorded before a background pipeline was adopted
                     self.plans[key].remove(stale)
                     stale.release()
@@ -72,13 +72,17 @@ class PlanPool:
         key = plan_key(plan.input_shapes, plan.target)
         async with self._cond:
             plans = self.plans.get(key, [])
-            if plan in plans and plan.pipelines_version == self._version():
+            if plan in plans and self._current(plan):
                 self._idle.setdefault(key, []).append(plan)
             else:  # evicted, or recorded before a background pipeline was adopted
                 if plan in plans:
                     plans.remove(plan)
                 plan.release()
             self._cond.notify()
+
+    def _current(self, plan: Plan) -> bool:
+        """Whether ``plan`` was recorded with every pipeline the model has adopted."""
+        return plan.pipelines_version == self._version()
 
     def _evict_other_shapes(self, keep: PlanKey) -> None:
         """Keep plans for at most ``max_shapes`` shapes: drop idle plans of the oldest."""
