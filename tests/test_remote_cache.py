@@ -18,6 +18,7 @@ import pytest
 from cli_runner import cli, run_args
 from conftest import OTHER_IDENTITY
 from redis_server import RedisServer, free_port
+from test_cache_file_format import driver_blob
 
 from asyncvk import Net, Option
 from asyncvk.cache._redis_store import RedisStore
@@ -480,13 +481,7 @@ async def _list_other_writers_blobs(url: str, device: VulkanDevice) -> list[str]
     store = RedisStore(settings)
     keys = []
     for writer in (b"machine one", b"machine two"):
-        blob = bytearray(32)
-        blob[0:4] = (32).to_bytes(4, "little")
-        blob[4:8] = (1).to_bytes(4, "little")
-        blob[8:12] = identity.vendor_id.to_bytes(4, "little")
-        blob[12:16] = identity.device_id.to_bytes(4, "little")
-        blob[16:32] = identity.pipeline_cache_uuid
-        key, value = encode_blob_value(bytes(blob) + writer * 8, identity, None)
+        key, value = encode_blob_value(driver_blob(identity, tail=writer * 8), identity, None)
         assert await store.add(key, value, settings.ttl)
         await store.add_member(blob_index_key(identity), key, settings.ttl, drop=[], keep=8)
         keys.append(key)
@@ -560,15 +555,10 @@ async def test_a_driver_blob_of_another_device_never_reaches_the_driver(
 ) -> None:
     identity = device.info.identity
     index = blob_index_key(identity)
-    blob = bytearray(64)
-    blob[0:4] = (32).to_bytes(4, "little")
-    blob[4:8] = (1).to_bytes(4, "little")
-    blob[8:12] = OTHER_IDENTITY.vendor_id.to_bytes(4, "little")
-    blob[12:16] = OTHER_IDENTITY.device_id.to_bytes(4, "little")
-    blob[16:32] = OTHER_IDENTITY.pipeline_cache_uuid
-    foreign_key, foreign = encode_blob_value(bytes(blob), OTHER_IDENTITY, None)
+    blob = driver_blob(OTHER_IDENTITY, tail=bytes(32))
+    foreign_key, foreign = encode_blob_value(blob, OTHER_IDENTITY, None)
     # the foreign file, sealed as a well-made value under this device's key for that content
-    ours = blob_value_key(identity, bytes(blob))
+    ours = blob_value_key(identity, blob)
     payload = foreign[8 + 2 + 1 + 1 + 4 + len(foreign_key) : -32]
     with server.client() as c:
         c.set(ours, seal(2, ours, payload, None))
