@@ -45,7 +45,14 @@ def user_clock(report: dict[str, Any]) -> dict[str, Any]:
         "source": "kernel process start time (/proc/self/stat, 1 clock tick) vs CLOCK_BOOTTIME",
         "first_output_monotonic_s": report.pop("_first_output_monotonic", None),
     }
-    moments = ("main", "instance_created", "imports_done", "device_opened", "first_output_written")
+    moments = (
+        "main",
+        "instance_created",
+        "compiler_ready",
+        "imports_done",
+        "device_opened",
+        "first_output_written",
+    )
     for name in moments:
         clock[f"process_start_to_{name}_s"] = _marks.get(name)
     return clock

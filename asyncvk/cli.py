@@ -47,9 +47,30 @@ def _open_device(index: int | None) -> None:
         pass
 
 
+def _prepare_compiler() -> None:
+    """Thread body: glslang's one-time set-up (the compiler's first compile, about 80 ms in C
+    with the GIL released). ``open_net`` starting it after the imports put it on a cold load's
+    critical path: every compile of the load waited for it."""
+    try:
+        from .shader._compiler import prepare_compiler
+
+        prepare_compiler().join()
+        mark("compiler_ready")
+    except Exception:  # a broken install: the load's own compile reports it
+        pass
+
+
+def _will_compile(args: argparse.Namespace) -> bool:
+    """Whether the command is likely to compile GLSL: ``open_net``'s own rule (no cache file to
+    load; a cache folder may or may not hold this model) and ``cache warm``, which compiles."""
+    cache = getattr(args, "cache", None)
+    return args.func is cmd_cache_warm or cache is None or not os.path.exists(cache)
+
+
 def _start_opening_device(args: argparse.Namespace) -> None:
     """For commands that load a model on the GPU: open the device now, on a thread, while this
-    thread imports numpy and asyncvk. ``get_gpu_device`` joins it (gpu's own locks)."""
+    thread imports numpy and asyncvk. ``get_gpu_device`` joins it (gpu's own locks). A run that
+    will compile starts the compiler's set-up beside it."""
     if args.func not in _DEVICE_COMMANDS or getattr(args, "cpu", False):
         return
     from .gpu import _driver_load
@@ -58,6 +79,10 @@ def _start_opening_device(args: argparse.Namespace) -> None:
     threading.Thread(
         target=_open_device, args=(args.device,), name="asyncvk-open-device", daemon=True
     ).start()
+    if _will_compile(args):
+        threading.Thread(
+            target=_prepare_compiler, name="asyncvk-prepare-compiler", daemon=True
+        ).start()
 
 
 # -- parser -------------------------------------------------------------------------------------

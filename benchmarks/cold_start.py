@@ -70,7 +70,7 @@ SPLIT = (
     "cache_save_s",
     "load_and_infer_s",
 )
-CLOCK_MARKS = ("main", "imports_done", "device_opened", "first_output", "exit")
+CLOCK_MARKS = ("main", "compiler_ready", "imports_done", "device_opened", "first_output", "exit")
 
 
 def _spawn(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:

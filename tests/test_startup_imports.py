@@ -81,3 +81,38 @@ asyncio.run(main())
 print(sorted(m for m in sys.modules if m.split(".")[0] == "anyio"))
 """
     assert _fresh(script) == "[]"
+
+
+def test_a_cold_run_sets_up_the_compiler_beside_the_imports(tmp_path: Path) -> None:
+    """glslang's one-time set-up (its first compile, about 80 ms) waited for the imports and
+    then held up every compile of a cold load; the CLI now starts it with the device, so it
+    finishes while the main thread has not imported numpy."""
+    model = MODELS / "squeezenet"
+    argv = ["run", str(model / "model.param"), str(model / "model.bin")]
+    argv += ["--cache", str(tmp_path / "absent.vkcache")]
+    script = f"""
+import sys, time
+from asyncvk import cli
+from asyncvk._cli_report import _marks
+args = cli.build_parser().parse_args({argv!r})
+cli._start_opening_device(args)
+deadline = time.monotonic() + 30
+while "compiler_ready" not in _marks and time.monotonic() < deadline:
+    time.sleep(0.005)
+print("compiler_ready" in _marks, "numpy" in sys.modules)
+"""
+    assert _fresh(script) == "True False"
+
+
+def test_only_a_run_that_will_compile_sets_up_the_compiler(tmp_path: Path) -> None:
+    """A warm run (its cache file exists) compiles nothing, so it spends no core on glslang."""
+    from asyncvk import cli
+
+    model = MODELS / "squeezenet"
+    cache = tmp_path / "c.vkcache"
+    run = ["run", str(model / "model.param"), str(model / "model.bin")]
+    parser = cli.build_parser()
+    assert cli._will_compile(parser.parse_args([*run, "--cache", str(cache)]))
+    assert cli._will_compile(parser.parse_args([*run, "--cache-dir", str(tmp_path)]))
+    cache.write_bytes(b"")
+    assert not cli._will_compile(parser.parse_args([*run, "--cache", str(cache)]))

@@ -82,8 +82,9 @@ _warm_up: threading.Thread | None = None
 _warm_up_lock = threading.Lock()
 
 
-def prepare_compiler() -> None:
-    """Start the compiler's one-time set-up on a background thread; later calls do nothing.
+def prepare_compiler() -> threading.Thread:
+    """Start the compiler's one-time set-up on a background thread; later calls start nothing.
+    Returns that thread (join it to wait for the set-up).
 
     A process's first compile takes about 80 ms whatever the shader (glslang parses its table of
     built-in declarations once), and every concurrent compile waits for it. Started while the
@@ -92,7 +93,7 @@ def prepare_compiler() -> None:
     global _warm_up
     with _warm_up_lock:
         if _warm_up is not None:
-            return
+            return _warm_up
         _warm_up = threading.Thread(
             target=compile_glsl,
             args=(_WARM_UP_SOURCE, "warm_up.comp"),
@@ -103,6 +104,7 @@ def prepare_compiler() -> None:
         # A process that exits at once (a bad argument) must not tear down glslang's statics
         # while the thread is still inside it.
         atexit.register(_warm_up.join, 10.0)
+        return _warm_up
 
 
 def compile_glsl(
