@@ -192,7 +192,7 @@ class VulkanDevice:
         import numpy as np
 
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        if buf.host_visible:
+        if buf.host_visible and self.allocator.device_is_host_cached:
             raw = np.frombuffer(buf.view()[:nbytes], dtype=np.uint8).copy()
             return raw.view(dtype).reshape(shape)
         readback = self.allocate(nbytes, MemoryKind.READBACK)

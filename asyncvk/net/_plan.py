@@ -225,7 +225,8 @@ class Plan:
             outputs = [self._blob(t) for t in node.tops]
             gpu.gpu_layer.record(self._context(gpu, rec), inputs, outputs)
             rec.barrier()
-        if not host_visible:
+        # mapped but uncached (a discrete GPU's BAR): copy the results into cached memory
+        if not (host_visible and device.allocator.device_is_host_cached):
             for t in segment.download:
                 view = self._views[self.root.get(t, t)]
                 readback = device.allocate(view.size, MemoryKind.READBACK)
