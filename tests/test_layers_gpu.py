@@ -424,3 +424,61 @@ def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -
     k3 = {0: 8, 1: 3, 6: 8 * 9 * (spatial_taps // 9 + 1)}
     assert layer(k3)._splitk_for(gpu, (8, 7, 7))
     assert not layer(k3)._splitk_for(gpu, (8, side + 1, side + 1))
+
+
+LINE_CASES = [
+    Case("Softmax", "0=0", [(4, 3, 5)]),
+    Case("Softmax", "0=1 1=1", [(3, 300, 2)]),
+    Case("Softmax", "0=0", [(1000,)]),
+    Case("Softmax", "0=-1 1=1", [(2, 3, 700)]),
+    Case("Pooling", "0=0 4=1", [(6, 5, 7)]),
+    Case("Pooling", "0=1 4=1", [(6, 5, 7)]),
+    Case("Pooling", "0=0 4=1", [(5, 40, 33)]),
+    Case("Pooling", "0=1 4=1", [(5, 40, 33)]),
+]
+
+
+@pytest.mark.parametrize("lines", [False, True], ids=["one-invocation", "workgroup"])
+@pytest.mark.parametrize("case", LINE_CASES, ids=[c.id for c in LINE_CASES])
+async def test_every_line_reduction_shader(
+    device: VulkanDevice, case: Case, lines: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Softmax and global pooling with one invocation per line (CPU devices) and with a
+    workgroup per line (GPUs), against the reference. Max pooling keeps ncnn's NaN rule (NaN
+    only where a channel's first value is NaN) and an all -inf channel stays -inf."""
+    from asyncvk.layers import _line_shaders
+
+    monkeypatch.setattr(_line_shaders, "LINE_SHADERS", "always" if lines else "never")
+    param, weights = build(case)
+    x = RNG.standard_normal(case.inputs[0]).astype(np.float32)
+    if case.type == "Pooling":
+        x[0, 0, 0] = np.nan  # NaN out
+        x[1, 2, 3] = np.nan  # ignored by max, NaN for the average
+        x[2] = -np.inf
+    expected, cpu_net = await _run(case, False, [x], param, weights)
+    await cpu_net.aclose()
+    got, gpu_net = await _run(case, True, [x], param, weights)
+    async with ProfilingExtractor(gpu_net) as ex:
+        ex.input("in0", x)
+        await ex.extract("out0")
+        assert ex.profile is not None
+        shaders = {d.shader for d in ex.profile.dispatches}
+    await gpu_net.aclose()
+    one, wide = (
+        ("softmax", "softmax_lines") if case.type == "Softmax" else ("pooling", "pooling_global")
+    )
+    assert shaders == {wide if lines else one}
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    if case.type == "Pooling" and case.params.startswith("0=0"):
+        assert np.isnan(got[0][0]) and not np.isnan(got[0][1]) and got[0][2] == -np.inf
+
+
+def test_a_workgroup_per_line_is_for_long_lines_on_gpus(device: VulkanDevice) -> None:
+    """CPU devices keep one invocation per line (and compile no second pipeline); on a GPU a
+    plan gives a workgroup to each line of at least 64 values, up to 65536 lines."""
+    from asyncvk.layers import _line_shaders
+
+    assert device.info.is_cpu and not _line_shaders.offered(device.info)
+    assert _line_shaders.chosen(1, 1000) and _line_shaders.chosen(65_536, 64)
+    assert not _line_shaders.chosen(1, 63) and not _line_shaders.chosen(65_537, 1000)
+    assert _line_shaders.local_size(device.info) == (256, 1, 1)

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from . import _line_shaders
 from ._base import Layer, Shape
 from ._geometry import as_chw, border, same_pads
 from ._gpu_api import (
@@ -20,6 +21,7 @@ from ._gpu_api import (
     PipelineSpec,
     RecordContext,
     capped_groups,
+    fold_groups,
     pack_push,
 )
 from ._limits import MAX_EXTENT, MAX_KERNEL, MAX_PAD, MAX_STRIDE
@@ -237,7 +239,19 @@ class Pooling(Layer):
         # compute their pads, which it then counts, so they divide by the kernel area.
         include = 1 if self.pad_mode in (2, 3) else self.avgpool_count_include_pad
         spec = (self.pooling_type, include, self.adaptive_pooling)
-        return {"pool": PipelineSpec("pooling", spec, (8, 8, 1))}
+        specs = {"pool": PipelineSpec("pooling", spec, (8, 8, 1))}
+        if self._global_lines(target):
+            local = _line_shaders.local_size(target.info)
+            specs["pool_global"] = PipelineSpec("pooling_global", (self.pooling_type,), local)
+        return specs
+
+    def _global_lines(self, target: GpuTarget) -> bool:
+        return bool(self.global_pooling) and _line_shaders.offered(target.info)
+
+    def background_pipelines(self, target: GpuTarget) -> frozenset[str]:
+        """A workgroup per channel for global pooling: faster on large maps, not worth a cold
+        load's wait."""
+        return _POOL_GLOBAL if self._global_lines(target) else frozenset()
 
     def _gpu_pads(self, w: int, h: int) -> tuple[int, int, int, int]:
         """(left, top, right, bottom) as ncnn's make_padding; tail pads are not counted."""
@@ -253,6 +267,14 @@ class Pooling(Layer):
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         c, h, w = inputs[0].shape
         out = outputs[0].shape
+        if (
+            self.global_pooling
+            and _line_shaders.chosen(c, h * w)
+            and ctx.has_pipeline("pool_global")
+        ):
+            groups = fold_groups(c, ctx.info)
+            ctx.dispatch("pool_global", [inputs[0], outputs[0]], pack_push("2i", h * w, c), groups)
+            return
         if self.global_pooling:
             kw, kh, sw, sh = w, h, 1, 1
             pads = (0, 0, 0, 0)
@@ -264,3 +286,6 @@ class Pooling(Layer):
         push = pack_push("13i", w, h, c, ow, oh, kw, kh, sw, sh, *pads)
         groups = capped_groups((math.ceil(ow / 8), math.ceil(oh / 8), c), ctx.info)
         ctx.dispatch("pool", [inputs[0], outputs[0]], push, groups)
+
+
+_POOL_GLOBAL = frozenset({"pool_global"})

@@ -16,12 +16,14 @@ import math
 
 import numpy as np
 
+from . import _line_shaders
 from ._base import Layer
 from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
     RecordContext,
+    fold_groups,
     groups_1d,
     local_size_1d,
     pack_push,
@@ -186,8 +188,27 @@ class Softmax(Layer):
     # -- GPU -------------------------------------------------------------------------------
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
-        return {"softmax": PipelineSpec("softmax", (), local_size_1d(target.info))}
+        specs = {"softmax": PipelineSpec("softmax", (), local_size_1d(target.info))}
+        if _line_shaders.offered(target.info):
+            local = _line_shaders.local_size(target.info)
+            specs["softmax_lines"] = PipelineSpec("softmax_lines", (), local)
+        return specs
+
+    def background_pipelines(self, target: GpuTarget) -> frozenset[str]:
+        """A workgroup per line: faster on long lines, not worth a cold load's wait."""
+        return _SOFTMAX_LINES if _line_shaders.offered(target.info) else frozenset()
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
-        axis = self.axis % len(inputs[0].shape)
+        shape = inputs[0].shape
+        axis = self.axis % len(shape)
+        length = shape[axis]
+        lines = math.prod(shape) // max(length, 1)
+        if _line_shaders.chosen(lines, length) and ctx.has_pipeline("softmax_lines"):
+            push = pack_push("3i", math.prod(shape[:axis]), length, math.prod(shape[axis + 1 :]))
+            groups = fold_groups(lines, ctx.info)
+            ctx.dispatch("softmax_lines", [inputs[0], outputs[0]], push, groups)
+            return
         _dispatch_split(ctx, "softmax", inputs[0], outputs[0], axis, axis)
+
+
+_SOFTMAX_LINES = frozenset({"softmax_lines"})
