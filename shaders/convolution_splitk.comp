@@ -1,15 +1,16 @@
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-// Ungrouped convolution for deep layers on GPUs: one subgroup computes PX = 4 consecutive
-// output pixels of one output channel, its lanes splitting the input channels (lane, lane + S,
+// Convolution for deep layers on GPUs: one subgroup computes PX = 4 consecutive output pixels
+// of one output channel, its lanes splitting the input channels of its group (lane, lane + S,
 // ...) and summing at the end with subgroupAdd. convolution.comp runs one output per
 // invocation, each over all in_c * kernel_h * kernel_w taps in turn; on a deep layer with a small
 // map (7x7 x 512 outputs over 4608 taps) that is too few invocations, each with a long chain
 // of dependent loads, to fill a GPU. Here every output has S invocations, and the weight loads
-// of a 1x1 layer are contiguous across the lanes. Weights, constants and push constants are
-// convolution.comp's (no group constant: group is 1). fp32 accumulation; the sum's order
-// differs from convolution.comp's (per-lane partial sums, then the subgroup's tree).
+// of a 1x1 layer are contiguous across the lanes. Weights and push constants are
+// convolution.comp's, and so are the constants, group last (id 11). fp32 accumulation; the
+// sum's order differs from convolution.comp's (per-lane partial sums, then the subgroup's
+// tree).
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int kernel_w = 1;
@@ -23,6 +24,7 @@ layout(constant_id = 7) const int act_type = 0;
 layout(constant_id = 8) const float act_a = 0.0;
 layout(constant_id = 9) const float act_b = 0.0;
 layout(constant_id = 10) const float pad_value = 0.0;
+layout(constant_id = 11) const int group = 1;
 
 layout(binding = 0) readonly buffer In { sfp x_in[]; };
 layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
@@ -52,11 +54,13 @@ void invoke(int oc, int pix0) {
     ivec4 x0 = (pix % p.outw) * stride_w - p.pad_left;
     ivec4 y0 = (pix / p.outw) * stride_h - p.pad_top;
     int maxk = kernel_w * kernel_h;
-    int wbase = oc * p.c * maxk;
+    int in_per_group = p.c / group;
+    int first_in = (oc / (p.outc / group)) * in_per_group;
+    int wbase = oc * in_per_group * maxk;
     int lanes = int(gl_SubgroupSize);
     vec4 sum = vec4(0.0);
-    for (int ic = int(gl_SubgroupInvocationID); ic < p.c; ic += lanes) {
-        int plane = ic * p.w * p.h;
+    for (int ic = int(gl_SubgroupInvocationID); ic < in_per_group; ic += lanes) {
+        int plane = (first_in + ic) * p.w * p.h;
         int wrow = wbase + ic * maxk;
         for (int ky = 0; ky < kernel_h; ky++) {
             ivec4 y = y0 + ky * dilation_h;

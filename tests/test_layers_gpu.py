@@ -291,9 +291,9 @@ CONV_CASES = [c for c in CASES if c.type.startswith("Convolution")]
 async def test_every_convolution_shader(
     device: VulkanDevice, case: Case, choice: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The tiled shader (chosen on CPU devices), the one-output shader, the split-K shader and
-    the implicit-GEMM shader (chosen on GPUs, by the taps per output and the output map) all
-    match the reference, whichever device runs the tests."""
+    """The tiled shader (chosen on CPU devices), the one-output shader, the split-K shader
+    (grouped layers too) and the implicit-GEMM shader (chosen on GPUs, by the taps per output
+    and the output map) all match the reference, whichever device runs the tests."""
     from asyncvk.layers import _conv_shaders
 
     monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if choice == "tiled" else "never")
@@ -321,8 +321,8 @@ async def test_every_convolution_shader(
         want = "convolutiondepthwise"
     elif choice == "tiled" and group == 1:
         want = "convolution_tiled"
-    elif choice == "splitk" and group == 1:
-        want = "convolution_splitk"  # at any size when "always"
+    elif choice == "splitk":
+        want = "convolution_splitk"  # at any size when "always", grouped or not
     elif gemm and group == 1:
         want = "convolution_gemm"
     else:

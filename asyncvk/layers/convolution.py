@@ -313,8 +313,10 @@ class Convolution(ConvParams):
         return self.group == 1 and _conv_shaders.tiled(info)
 
     def _splitk(self, info: GpuInfo) -> bool:
-        """Whether this layer also gets convolution_splitk.comp (used when the output is small)."""
-        if self.group != 1 or self.int8_requested or self._tiled(info):
+        """Whether this layer also gets convolution_splitk.comp (used when the output is small):
+        any grouping that runs convolution.comp (shufflenet's grouped 1x1 layers gave it 240
+        invocations on a 7x7 map, 0.07 ms each on the H100)."""
+        if self.int8_requested or self.shader(info)[0] != "convolution":
             return False
         return _conv_shaders.offered(info, self.taps, (self.kernel_w, self.kernel_h))
 
@@ -352,9 +354,9 @@ class Convolution(ConvParams):
         pipelines = {
             "conv": PipelineSpec(shader, specs if shader == "convolution" else ungrouped, _LOCAL_2D)
         }
-        if self._splitk(target.info):  # ungrouped, beside convolution.comp
+        if self._splitk(target.info):  # beside convolution.comp, its group constant last
             pipelines["conv_splitk"] = PipelineSpec(
-                "convolution_splitk", ungrouped, _conv_shaders.LOCAL
+                "convolution_splitk", (*ungrouped, self.group), _conv_shaders.LOCAL
             )
         if self._gemm(target.info):
             pipelines["conv_gemm"] = PipelineSpec(
