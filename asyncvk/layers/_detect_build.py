@@ -1,0 +1,49 @@
+"""cffi API-mode build of the detection layers' host loops (``_detect.c``, runs at install time).
+
+``python asyncvk/layers/_detect_build.py`` builds it in place for development.
+
+Needs only a C compiler and the Python headers. ``-ffp-contract=off``: gcc fuses a product and
+a sum into one FMA where the target has it (aarch64 by default), which rounds differently from
+ncnn's separate float operations; no fast-math either.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from cffi import FFI
+
+CDEF = """
+void detect_qsort_order(float *scores, int64_t *order, int64_t n);
+int64_t detect_nms(const float *boxes, const float *areas, int64_t n, float threshold,
+                   int multiply, int64_t *picked);
+void detect_best_class(const float *scores, int64_t classes, int64_t cells, float floor,
+                       int64_t *label, float *best);
+int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_t h, int64_t w,
+                           const float *anchors, float threshold, float *out);
+int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes, int64_t h,
+                             int64_t w, const float *anchors, float threshold, float *out);
+"""
+
+
+def _builder() -> FFI:
+    ffi = FFI()
+    ffi.cdef(CDEF)
+    ffi.set_source(
+        "asyncvk.layers._detect_cffi",
+        Path(__file__).with_name("_detect.c").read_text(),
+        libraries=["m"],
+        extra_compile_args=["-O2", "-ffp-contract=off", "-fno-fast-math"],
+    )
+    return ffi
+
+
+ffibuilder = _builder()
+
+if __name__ == "__main__":  # a development build, beside this file, from any directory
+    # in a temporary directory: there the setuptools that compiles reads no pyproject.toml
+    with tempfile.TemporaryDirectory() as tmp:
+        built = Path(ffibuilder.compile(tmpdir=tmp, verbose=True))
+        shutil.copy(built, Path(__file__).with_name(built.name))
