@@ -102,3 +102,30 @@ def test_nms_odd_boxes_as_ncnns_loop(rule: IouRule) -> None:
         assert nms_sorted(boxes, areas, threshold, rule).tolist() == wanted.tolist()
     empty = np.zeros((0, 4), np.float32)
     assert nms_sorted(empty, np.zeros(0, np.float32), 0.45, rule).tolist() == []
+
+
+@pytest.mark.parametrize("rule", ["divide", "multiply"])
+@pytest.mark.parametrize("seed", range(8))
+def test_nms_random_odd_boxes_as_ncnns_loop(rule: IouRule, seed: int) -> None:
+    """Random sizes and thresholds; corners from a few levels (identical boxes, infinities,
+    NaN) mixed with random ones, so every comparison of the pair test meets each case."""
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(1, 700))
+    boxes = random_boxes(rng, n, float(rng.choice([0.5, 2.0, 8.0])))
+    levels = np.array([0.0, -0.0, 0.5, 1.0, np.inf, -np.inf, np.nan], np.float32)
+    odd = rng.random(boxes.shape) < 0.05
+    boxes[odd] = rng.choice(levels, int(odd.sum()))
+    boxes[rng.random(n) < 0.1] = boxes[0]
+    with np.errstate(all="ignore"):
+        areas = areas_of(boxes)
+        areas[rng.random(n) < 0.02] = np.nan
+        threshold = float(rng.choice([-0.5, 0.0, float(rng.random()), 1.0, 2.0]))
+        wanted = nms_sorted_reference(boxes, areas, threshold, rule)
+    assert nms_sorted(boxes, areas, threshold, rule).tolist() == wanted.tolist()
+
+
+def test_nms_refuses_mismatched_areas() -> None:
+    with pytest.raises(ValueError, match="must be"):
+        nms_sorted(np.zeros((3, 4), np.float32), np.zeros(2, np.float32), 0.5, "divide")
+    with pytest.raises(ValueError, match="must be"):
+        nms_sorted(np.zeros((3, 3), np.float32), np.zeros(3, np.float32), 0.5, "divide")

@@ -65,63 +65,93 @@ void detect_qsort_order(float *scores, int64_t *order, int64_t n)
     }
 }
 
-/* ncnn's intersection_area(a, b), a the candidate and b the picked box: std::min(x, y) is
- * (y < x) ? y : x, std::max(x, y) is (x < y) ? y : x. */
-static inline float intersection(const float *a, const float *b)
+/* The kept boxes as columns, so the test against a run of them is one vector loop. */
+struct kept {
+    float *xmin, *ymin, *xmax, *ymax, *area;
+};
+
+/* The overlap of box `a` (area `area`) with kept box p, as ncnn computes it: intersection_area
+ * (a the candidate; std::min(x, y) is (y < x) ? y : x, std::max(x, y) is (x < y) ? y : x) and
+ * union = area + area[p] - inter. Without branches, so the loops below are vector loops. */
+#define OVERLAP(k, p, a, area)                                                                 \
+    int apart = (a[0] > k->xmax[p]) | (a[2] < k->xmin[p]) | (a[1] > k->ymax[p]) |           \
+                (a[3] < k->ymin[p]);                                                         \
+    float width = (k->xmax[p] < a[2] ? k->xmax[p] : a[2]) -                                  \
+                  (a[0] < k->xmin[p] ? k->xmin[p] : a[0]);                                   \
+    float height = (k->ymax[p] < a[3] ? k->ymax[p] : a[3]) -                                 \
+                   (a[1] < k->ymin[p] ? k->ymin[p] : a[1]);                                  \
+    float inter = apart ? 0.f : width * height;                                              \
+    float total = area + k->area[p] - inter;
+
+/* Whether any of kept boxes [from, to) suppresses box `a`: inter / union > t, or with
+ * `multiply` inter > t * union (a pair's result does not depend on how pairs are batched). */
+static int suppressed(const struct kept *k, int64_t from, int64_t to, const float *a, float area,
+                      float threshold, int multiply)
 {
-    if (a[0] > b[2] || a[2] < b[0] || a[1] > b[3] || a[3] < b[1])
-        return 0.f;
-    float width = (b[2] < a[2] ? b[2] : a[2]) - (a[0] < b[0] ? b[0] : a[0]);
-    float height = (b[3] < a[3] ? b[3] : a[3]) - (a[1] < b[1] ? b[1] : a[1]);
-    return width * height;
+    int hit = 0;
+    if (multiply) {
+        for (int64_t p = from; p < to; p++) {
+            OVERLAP(k, p, a, area)
+            hit |= inter > threshold * total;
+        }
+    } else {
+        for (int64_t p = from; p < to; p++) {
+            OVERLAP(k, p, a, area)
+            hit |= inter / total > threshold;
+        }
+    }
+    return hit;
 }
+
+/* Kept boxes compared at once before the loop may stop at a suppressing one. */
+#define RUN 32
 
 /* ncnn's nms_sorted_bboxes: box i (rows xmin, ymin, xmax, ymax, sorted by score) is kept when
  * no box kept before it overlaps it by more than `threshold`: inter / union > t, or with
- * `multiply` inter > t * union. Writes the kept indexes to `picked`, returns their count. */
+ * `multiply` inter > t * union. Writes the kept indexes to `picked`, returns their count;
+ * `scratch` holds 5 n floats (the kept boxes as columns). */
 int64_t detect_nms(const float *boxes, const float *areas, int64_t n, float threshold,
-                   int multiply, int64_t *picked)
+                   int multiply, int64_t *picked, float *scratch)
 {
+    struct kept k = {scratch, scratch + n, scratch + 2 * n, scratch + 3 * n, scratch + 4 * n};
     int64_t count = 0;
     for (int64_t i = 0; i < n; i++) {
         const float *a = boxes + 4 * i;
-        int keep = 1;
-        for (int64_t k = 0; k < count && keep; k++) {
-            int64_t p = picked[k];
-            float inter = intersection(a, boxes + 4 * p);
-            float total = areas[i] + areas[p] - inter;
-            keep = multiply ? !(inter > threshold * total) : !(inter / total > threshold);
+        int hit = 0;
+        for (int64_t from = 0; from < count && !hit; from += RUN) {
+            int64_t to = from + RUN < count ? from + RUN : count;
+            hit = suppressed(&k, from, to, a, areas[i], threshold, multiply);
         }
-        if (keep)
-            picked[count++] = i;
+        if (hit)
+            continue;
+        k.xmin[count] = a[0];
+        k.ymin[count] = a[1];
+        k.xmax[count] = a[2];
+        k.ymax[count] = a[3];
+        k.area[count] = areas[i];
+        picked[count++] = i;
     }
     return count;
 }
 
-/* ncnn's scan for a cell's best class: the first score strictly over the running best, which
- * starts at `floor` with class 0 (NaN never wins). `scores` steps `stride` floats a class. */
-static inline int64_t best_of(const float *scores, int64_t classes, int64_t stride, float floor,
-                              float *best)
-{
-    int64_t label = 0;
-    float value = floor;
-    for (int64_t q = 0; q < classes; q++) {
-        float s = scores[q * stride];
-        if (s > value) {
-            label = q;
-            value = s;
-        }
-    }
-    *best = value;
-    return label;
-}
-
-/* best_of for every cell of a (classes, cells) block. */
+/* ncnn's scan for each cell's best class in a (classes, cells) block: the first score strictly
+ * over the running best, which starts at `floor` with class 0 (NaN never wins). Each cell
+ * visits the classes in ncnn's order; the cells go side by side (contiguous rows). */
 void detect_best_class(const float *scores, int64_t classes, int64_t cells, float floor,
                        int64_t *label, float *best)
 {
-    for (int64_t c = 0; c < cells; c++)
-        label[c] = best_of(scores + c, classes, cells, floor, best + c);
+    for (int64_t c = 0; c < cells; c++) {
+        label[c] = 0;
+        best[c] = floor;
+    }
+    for (int64_t q = 0; q < classes; q++) {
+        const float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++) {
+            int win = s[c] > best[c];
+            best[c] = win ? s[c] : best[c];
+            label[c] = win ? q : label[c];
+        }
+    }
 }
 
 static inline float sigmoid(float x)
@@ -144,80 +174,92 @@ static inline float *put_box(float *row, float score, float cx, float cy, float 
     return row + 7;
 }
 
-/* ncnn's Softmax over the classes of each cell, in place; the largest is NaN when any is
- * (numpy's max, which the reference used). */
-static void softmax_cells(float *scores, int64_t classes, int64_t cells)
+/* ncnn's Softmax over the classes of each cell, in place (`total` holds a float per cell);
+ * the largest is NaN when any score is (numpy's max, which the reference used). */
+static void softmax_cells(float *scores, int64_t classes, int64_t cells, float *total)
 {
-    for (int64_t c = 0; c < cells; c++) {
-        float *s = scores + c;
-        float largest = s[0];
-        for (int64_t q = 1; q < classes; q++) {
-            float v = s[q * cells];
-            if (v > largest || v != v)
-                largest = v;
-        }
-        float total = 0.f;
-        for (int64_t q = 0; q < classes; q++) {
-            float e = expf(s[q * cells] - largest);
-            s[q * cells] = e;
-            total = q ? total + e : e;
-        }
-        float scale = 1.f / total;
-        for (int64_t q = 0; q < classes; q++)
-            s[q * cells] = s[q * cells] * scale;
+    float *largest = total;
+    for (int64_t c = 0; c < cells; c++)
+        largest[c] = scores[c];
+    for (int64_t q = 1; q < classes; q++) {
+        const float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++)
+            largest[c] = s[c] > largest[c] || s[c] != s[c] ? s[c] : largest[c];
+    }
+    for (int64_t q = 0; q < classes; q++) {
+        float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++)
+            s[c] = expf(s[c] - largest[c]);
+    }
+    for (int64_t q = 1; q < classes; q++) {  /* the sum in ncnn's order, from class 0 */
+        const float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++)
+            total[c] = (q == 1 ? scores[c] : total[c]) + s[c];
+    }
+    if (classes == 1)
+        for (int64_t c = 0; c < cells; c++)
+            total[c] = scores[c];
+    for (int64_t c = 0; c < cells; c++)
+        total[c] = 1.f / total[c];
+    for (int64_t q = 0; q < classes; q++) {
+        float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++)
+            s[c] = s[c] * total[c];
     }
 }
 
 /* One (num_box * (5 + classes), h, w) map of YoloDetectionOutput: softmax over the class
  * logits (in place, ncnn's forward is), confidence sigmoid(objectness) x best class score,
  * and a row in `out` for each cell whose confidence reaches `threshold`, box by box and cells
- * in row-major order. `anchors` holds bias_w / w, bias_h / h per box. Returns the rows. */
+ * in row-major order. `anchors` holds bias_w / w, bias_h / h per box; `best` and `label` hold
+ * h w values each. Returns the rows. */
 int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_t h, int64_t w,
-                           const float *anchors, float threshold, float *out)
+                           const float *anchors, float threshold, float *out, float *best,
+                           int64_t *label)
 {
     int64_t cells = h * w, per_box = 5 + classes;
     float inv_w = 1.f / (float)w, inv_h = 1.f / (float)h;
     float *row = out;
     for (int64_t pp = 0; pp < num_box; pp++) {
         float *map = blob + pp * per_box * cells;
-        softmax_cells(map + 5 * cells, classes, cells);
+        softmax_cells(map + 5 * cells, classes, cells, best);
+        detect_best_class(map + 5 * cells, classes, cells, 0.f, label, best);
         for (int64_t c = 0; c < cells; c++) {
-            float score;
-            int64_t label = best_of(map + 5 * cells + c, classes, cells, 0.f, &score);
-            float confidence = sigmoid(map[4 * cells + c]) * score;
+            float confidence = sigmoid(map[4 * cells + c]) * best[c];
             if (!(confidence >= threshold))
                 continue;
             float cx = ((float)(c % w) + sigmoid(map[c])) * inv_w;
             float cy = ((float)(c / w) + sigmoid(map[cells + c])) * inv_h;
             float box_w = expf(map[2 * cells + c]) * anchors[2 * pp];
             float box_h = expf(map[3 * cells + c]) * anchors[2 * pp + 1];
-            row = put_box(row, confidence, cx, cy, box_w, box_h, label, 1);
+            row = put_box(row, confidence, cx, cy, box_w, box_h, label[c], 1);
         }
     }
     return (row - out) / 7;
 }
 
 /* One map of Yolov3DetectionOutput: confidence 1 / (1 + e^-obj (1 + e^-best)) as ncnn
- * computes it, rows as detect_yolo_decode's; `anchors` holds bias_w / net_w, bias_h / net_h. */
+ * computes it, rows and arguments as detect_yolo_decode's; `anchors` holds bias_w / net_w,
+ * bias_h / net_h. */
 int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes, int64_t h,
-                             int64_t w, const float *anchors, float threshold, float *out)
+                             int64_t w, const float *anchors, float threshold, float *out,
+                             float *best, int64_t *label)
 {
     int64_t cells = h * w, per_box = 5 + classes;
     float inv_w = 1.f / (float)w, inv_h = 1.f / (float)h;
     float *row = out;
     for (int64_t pp = 0; pp < num_box; pp++) {
         const float *map = blob + pp * per_box * cells;
+        detect_best_class(map + 5 * cells, classes, cells, -FLT_MAX, label, best);
         for (int64_t c = 0; c < cells; c++) {
-            float score;
-            int64_t label = best_of(map + 5 * cells + c, classes, cells, -FLT_MAX, &score);
-            float confidence = 1.f / (1.f + expf(-map[4 * cells + c]) * (1.f + expf(-score)));
+            float confidence = 1.f / (1.f + expf(-map[4 * cells + c]) * (1.f + expf(-best[c])));
             if (!(confidence >= threshold))
                 continue;
             float cx = ((float)(c % w) + sigmoid(map[c])) * inv_w;
             float cy = ((float)(c / w) + sigmoid(map[cells + c])) * inv_h;
             float box_w = expf(map[2 * cells + c]) * anchors[2 * pp];
             float box_h = expf(map[3 * cells + c]) * anchors[2 * pp + 1];
-            row = put_box(row, confidence, cx, cy, box_w, box_h, label, 0);
+            row = put_box(row, confidence, cx, cy, box_w, box_h, label[c], 0);
         }
     }
     return (row - out) / 7;

@@ -33,14 +33,19 @@ def _floats(x: np.ndarray) -> np.ndarray:
 
 
 def _ptr(ctype: str, array: np.ndarray) -> Any:
-    return _ffi.cast(ctype, array.ctypes.data)
+    """A C array over ``array``'s memory that keeps ``array`` alive as long as it lives."""
+    assert array.flags.c_contiguous and array.dtype == _DTYPES[ctype]
+    return _ffi.from_buffer(ctype, array)
+
+
+_DTYPES = {"float[]": np.dtype(np.float32), "int64_t[]": np.dtype(np.int64)}
 
 
 def qsort_order(scores: np.ndarray) -> np.ndarray:
     """The permutation ncnn's ``qsort_descent_inplace`` leaves ``scores`` in (int64)."""
     work = np.array(scores, dtype=np.float32).reshape(-1)  # a copy: the C sort moves it
     order = np.empty(work.size, dtype=np.int64)
-    _lib.detect_qsort_order(_ptr("float *", work), _ptr("int64_t *", order), work.size)
+    _lib.detect_qsort_order(_ptr("float[]", work), _ptr("int64_t[]", order), work.size)
     return order
 
 
@@ -52,13 +57,15 @@ def nms(boxes: np.ndarray, areas: np.ndarray, threshold: float, multiply: bool) 
     if boxes.shape != (n, 4) or areas.shape != (n,):
         raise ValueError(f"nms: boxes {boxes.shape} and areas {areas.shape} must be (n, 4), (n,)")
     picked = np.empty(n, dtype=np.int64)
+    scratch = np.empty(5 * n, dtype=np.float32)
     count = _lib.detect_nms(
-        _ptr("float *", boxes),
-        _ptr("float *", areas),
+        _ptr("float[]", boxes),
+        _ptr("float[]", areas),
         n,
         float(np.float32(threshold)),
         int(multiply),
-        _ptr("int64_t *", picked),
+        _ptr("int64_t[]", picked),
+        _ptr("float[]", scratch),
     )
     return picked[:count]
 
@@ -71,12 +78,12 @@ def best_class(scores: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray
     label = np.zeros(cells, dtype=np.int64)
     best = np.empty(cells, dtype=np.float32)
     _lib.detect_best_class(
-        _ptr("float *", scores),
+        _ptr("float[]", scores),
         classes,
         cells,
         float(np.float32(floor)),
-        _ptr("int64_t *", label),
-        _ptr("float *", best),
+        _ptr("int64_t[]", label),
+        _ptr("float[]", best),
     )
     shape = scores.shape[1:]
     return label.reshape(shape), best.reshape(shape)
@@ -103,13 +110,15 @@ def yolo_decode(
     out = np.empty((num_box * h * w, 7), dtype=np.float32)
     decode = _lib.detect_yolov3_decode if v3 else _lib.detect_yolo_decode
     rows = decode(
-        _ptr("float *", blob),
+        _ptr("float[]", blob),
         num_box,
         num_class,
         h,
         w,
-        _ptr("float *", anchors),
+        _ptr("float[]", anchors),
         float(np.float32(threshold)),
-        _ptr("float *", out),
+        _ptr("float[]", out),
+        _ptr("float[]", np.empty(h * w, dtype=np.float32)),
+        _ptr("int64_t[]", np.empty(h * w, dtype=np.int64)),
     )
     return out[:rows]
