@@ -33,8 +33,8 @@ import numpy as np
 HOST_TYPES = ("YoloDetectionOutput", "Yolov3DetectionOutput", "DetectionOutput")
 
 
-async def _capture(model: Path, out: Path) -> None:
-    """One real run; the host layer's type, params (its __dict__) and inputs go to ``out``."""
+async def _capture(model: Path) -> dict[str, Any]:
+    """One real run; the host layer's type, params (its __dict__) and inputs."""
     import asyncvk
     import asyncvk.net._plan as plan
 
@@ -59,7 +59,7 @@ async def _capture(model: Path, out: Path) -> None:
         ex = net.create_extractor()
         ex.input(meta["input"], np.load(model / "input.npy"))
         await ex.extract(meta["output"])
-    out.write_bytes(pickle.dumps(captured))
+    return captured
 
 
 def _time(capture: Path, calls: int, result: Path) -> None:
@@ -102,7 +102,7 @@ def main() -> None:
         _time(Path(sys.argv[2]), int(sys.argv[4]), Path(sys.argv[3]))
         return
     if len(sys.argv) > 1 and sys.argv[1] == "--capture":
-        asyncio.run(_capture(Path(sys.argv[2]), Path(sys.argv[3])))
+        Path(sys.argv[3]).write_bytes(pickle.dumps(asyncio.run(_capture(Path(sys.argv[2])))))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", type=Path, required=True)
