@@ -264,3 +264,51 @@ int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes
     }
     return (row - out) / 7;
 }
+
+/* DetectionOutput's per-class work (ncnn's loop over classes 1..num_class-1): the priors whose
+ * score is over `threshold`, in prior order, sorted by ncnn's quicksort and cut to `top_k`,
+ * then NMS (area = width x height, inter / union > nms_threshold). Class l's score of prior p
+ * is conf[p * prior_stride + l * class_stride]. Writes rows [label, score, xmin, ymin, xmax,
+ * ymax] class by class to `out` (room for `capacity` rows, (num_class - 1) min(top_k, num_prior)
+ * is enough) and returns their count, or -1 when they do not fit. `floats` holds 11 num_prior
+ * floats, `ints` 3 num_prior int64s. */
+int64_t detect_ssd_rows(const float *conf, int64_t num_prior, int64_t num_class,
+                        int64_t prior_stride, int64_t class_stride, const float *boxes,
+                        float threshold, int64_t top_k, float nms_threshold, float *out,
+                        int64_t capacity, float *floats, int64_t *ints)
+{
+    float *score = floats, *sorted = floats + num_prior, *area = floats + 5 * num_prior;
+    float *kept = floats + 6 * num_prior;
+    int64_t *passed = ints, *order = ints + num_prior, *picked = ints + 2 * num_prior;
+    float *row = out;
+    for (int64_t label = 1; label < num_class; label++) {
+        int64_t n = 0;
+        for (int64_t p = 0; p < num_prior; p++) {
+            float s = conf[p * prior_stride + label * class_stride];
+            if (s > threshold) {
+                passed[n] = p;
+                score[n++] = s;
+            }
+        }
+        detect_qsort_order(score, order, n);
+        int64_t m = n < top_k ? n : top_k;
+        for (int64_t k = 0; k < m; k++) {
+            const float *b = boxes + 4 * passed[order[k]];
+            float *d = sorted + 4 * k;
+            d[0] = b[0], d[1] = b[1], d[2] = b[2], d[3] = b[3];
+            area[k] = (d[2] - d[0]) * (d[3] - d[1]);
+        }
+        int64_t count = detect_nms(sorted, area, m, nms_threshold, 0, picked, kept);
+        if (count > capacity - (row - out) / 6)
+            return -1;
+        for (int64_t k = 0; k < count; k++) {
+            int64_t p = passed[order[picked[k]]];
+            const float *b = boxes + 4 * p;
+            row[0] = (float)label;
+            row[1] = conf[p * prior_stride + label * class_stride];
+            row[2] = b[0], row[3] = b[1], row[4] = b[2], row[5] = b[3];
+            row += 6;
+        }
+    }
+    return (row - out) / 6;
+}

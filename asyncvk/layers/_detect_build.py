@@ -29,6 +29,10 @@ int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_
 int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes, int64_t h,
                              int64_t w, const float *anchors, float threshold, float *out,
                              float *best, int64_t *label);
+int64_t detect_ssd_rows(const float *conf, int64_t num_prior, int64_t num_class,
+                        int64_t prior_stride, int64_t class_stride, const float *boxes,
+                        float threshold, int64_t top_k, float nms_threshold, float *out,
+                        int64_t capacity, float *floats, int64_t *ints);
 """
 
 

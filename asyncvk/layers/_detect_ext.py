@@ -122,3 +122,46 @@ def yolo_decode(
         _ptr("int64_t[]", np.empty(h * w, dtype=np.int64)),
     )
     return out[:rows]
+
+
+def ssd_rows(
+    conf: np.ndarray,
+    mxnet: bool,
+    boxes: np.ndarray,
+    threshold: float,
+    top_k: int,
+    nms_threshold: float,
+) -> np.ndarray:
+    """DetectionOutput's rows ``[label, score, xmin, ymin, xmax, ymax]`` of classes 1.. in
+    order: per class the scores over ``threshold``, sorted, cut to ``top_k``, NMS.
+
+    ``conf`` is (num_prior, num_class), or (num_class, num_prior) for mxnet-ssd; ``boxes``
+    (num_prior, 4).
+    """
+    conf = _floats(conf)
+    boxes = _floats(boxes)
+    num_class, num_prior = conf.shape if mxnet else conf.shape[::-1]
+    if boxes.shape != (num_prior, 4):
+        raise ValueError(f"ssd_rows: boxes {boxes.shape} for {num_prior} priors")
+    prior_stride, class_stride = (1, num_prior) if mxnet else (num_class, 1)
+    out = np.empty((max(num_class - 1, 0) * min(max(top_k, 0), num_prior), 6), np.float32)
+    floats = np.empty(11 * num_prior, np.float32)
+    ints = np.empty(3 * num_prior, np.int64)
+    rows = _lib.detect_ssd_rows(
+        _ptr("float[]", conf),
+        num_prior,
+        num_class,
+        prior_stride,
+        class_stride,
+        _ptr("float[]", boxes),
+        float(np.float32(threshold)),
+        max(top_k, 0),
+        float(np.float32(nms_threshold)),
+        _ptr("float[]", out),
+        len(out),
+        _ptr("float[]", floats),
+        _ptr("int64_t[]", ints),
+    )
+    if rows < 0:  # pragma: no cover - the room above is always enough
+        raise RuntimeError("ssd_rows: more rows than (num_class - 1) x min(top_k, num_prior)")
+    return out[:rows]
