@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ._base import BlobCount, Layer, Shape
+from ._detect_ext import ssd_rows
 from ._gpu_api import (
     GpuBlob,
     GpuTarget,
@@ -24,7 +25,6 @@ from ._gpu_api import (
     local_size_1d,
     pack_push,
 )
-from ._detect_ext import ssd_rows
 from ._nms import qsort_descent_order
 from ._registry import register_layer
 from ._schema import Param, floats
