@@ -17,6 +17,9 @@ class BuildPyWithShaders(build_py):
 
 
 setup(
-    cffi_modules=["asyncvk/shader/_shaderc_build.py:ffibuilder"],
+    cffi_modules=[
+        "asyncvk/shader/_shaderc_build.py:ffibuilder",
+        "asyncvk/layers/_detect_build.py:ffibuilder",
+    ],
     cmdclass={"build_py": BuildPyWithShaders},
 )

@@ -22,6 +22,8 @@ python3 -m compileall -q -j 0 "$(python3 -c 'import numpy, os; print(os.path.dir
 export __GL_SHADER_DISK_CACHE=0 MESA_SHADER_CACHE_DISABLE=true PYTHONUNBUFFERED=1
 ASYNCVK_SHADERC_PREFIX=$PWD/.shaderc python3 asyncvk/shader/_shaderc_build.py >"$OUT/build.log" 2>&1 \
   || { tail -20 "$OUT/build.log"; exit 1; }
+# the detection layers' host loops: gcc and the Python headers only
+python3 asyncvk/layers/_detect_build.py >>"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 env | grep -E '^PYTHON' || true
 # what pip install does for users: byte-compile, so no process pays for compiling our sources
 python3 -m compileall -q asyncvk >/dev/null
@@ -60,7 +62,7 @@ for what in "$@"; do
     suiteaccuracy) python3 benchmarks/suite_accuracy.py --native --out "$OUT/suite_accuracy_h100.json" 2>&1 | tail -3 ;;
     coldsuite) python3 benchmarks/cold_start.py --models '' --suite /tmp/suite --runs "${RUNS:-1}" --out "$OUT/cold_start_suite_h100.json" >/dev/null; tail -c 1500 "$OUT/cold_start_suite_h100.json" ;;
     coldvariants)  # .variants/NAME/asyncvk: earlier versions, compared in the same run
-      args=(); for v in .variants/*/; do n=$(basename "$v"); cp asyncvk/shader/_shaderc_cffi*.so "$v/asyncvk/shader/"; python3 -m compileall -q "$v" >/dev/null; args+=(--variant "$n=$PWD/$v"); done
+      args=(); for v in .variants/*/; do n=$(basename "$v"); cp asyncvk/shader/_shaderc_cffi*.so "$v/asyncvk/shader/"; [ ! -f "$v/asyncvk/layers/_detect_build.py" ] || python3 "$v/asyncvk/layers/_detect_build.py" >/dev/null 2>&1; python3 -m compileall -q "$v" >/dev/null; args+=(--variant "$n=$PWD/$v"); done
       python3 benchmarks/cold_start.py --runs "${RUNS:-3}" "${args[@]}" --variant "now=$PWD" --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 1500 "$OUT/cold_start_h100.json" ;;
     cleanvenv)  # later steps in a venv as a user's: the image's site-packages, whose numba .pth
       # costs 42 ms of every interpreter start (-X importtime, 2026-11-23), left out; both

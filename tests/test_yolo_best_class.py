@@ -1,4 +1,5 @@
-"""yolo._best_class (an argmax) against ncnn's scan over the classes, replayed as ncnn runs it.
+"""The C best-class scan (layers/_detect_ext.best_class) against ncnn's scan over the classes,
+replayed as ncnn runs it.
 
 The layer tests compare whole layers with the ncnn wheel; this reaches the cases their maps
 do not: ties between classes, scores equal to the scan's starting floor, NaN, -inf, signed
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asyncvk.layers.yolo import _best_class
+from asyncvk.layers._detect_ext import best_class
 
 F32_MAX = np.finfo(np.float32).max
 
@@ -36,7 +37,7 @@ def test_best_class_is_ncnns_scan(floor: np.float32) -> None:
     scores[:, 0, :] = levels[rng.integers(0, 2, (6, 50))]  # only signed zeros
     scores[:, 1, :] = -F32_MAX  # only the floor of Yolov3DetectionOutput
     scores[:, 2, :] = np.nan
-    label, best = _best_class(scores, floor)
+    label, best = best_class(scores, floor)
     wanted_labels, wanted_bests = ncnn_scan(scores, floor)
     assert label.dtype == np.int64 and best.dtype == np.float32
     assert label.reshape(-1).tolist() == wanted_labels

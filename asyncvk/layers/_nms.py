@@ -3,12 +3,11 @@
 ncnn sorts candidate boxes with its own ``qsort_descent_inplace``: a Hoare quicksort on the
 middle element that is not stable, so boxes of equal score come out in an order no stable sort
 gives. Equal scores are common (the same logits in two cells, saturated sigmoids), so
-:func:`qsort_descent_order` replays ncnn's swaps exactly (:func:`ncnn_qsort_order`) when ties
-decide the order, and is a numpy sort otherwise. :func:`nms_sorted` keeps a box when no box kept
-before it overlaps it by more than the threshold, across all labels, in float32 with the operand
-order of ncnn's ``nms_sorted_bboxes``. It compares blocks of boxes at once (a pair's overlap is
-the same float32 arithmetic whichever way it is batched), so only the greedy choice within a
-block is a Python loop; :func:`nms_sorted_reference` is ncnn's loop as it is.
+:func:`qsort_descent_order` runs ncnn's quicksort itself, in C. :func:`nms_sorted` keeps a box
+when no box kept before it overlaps it by more than the threshold, across all labels, in float32
+with the operand order of ncnn's ``nms_sorted_bboxes``: ncnn's loop, in C too (``_detect.c``).
+:func:`ncnn_qsort_order` and :func:`nms_sorted_reference` are the same in Python and numpy, the
+references the C loops are tested against.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ from typing import Literal
 
 import numpy as np
 
+from . import _detect_ext
+
 #: How a layer compares overlap with the threshold: ``inter / union > t`` (YoloDetectionOutput,
 #: DetectionOutput) or ``inter > t * union`` (Yolov3DetectionOutput); they differ in rounding.
 IouRule = Literal["divide", "multiply"]
@@ -24,26 +25,15 @@ IouRule = Literal["divide", "multiply"]
 
 def qsort_descent_order(scores: np.ndarray, count: int | None = None) -> np.ndarray:
     """The first ``count`` (default all) of the permutation ncnn's ``qsort_descent_inplace``
-    leaves ``scores`` in (descending; equal scores in ncnn's order, not input order).
-
-    When no two of the first ``count`` scores (nor the last of them and the next) are equal,
-    that prefix is unique and a plain sort gives it: 640k SSD candidates sort in a second
-    rather than ten. Otherwise :func:`ncnn_qsort_order` replays the whole sort (which tie lands
-    where depends on every swap before it). Returns indexes into ``scores``.
-    """
-    values = np.asarray(scores, dtype=np.float32).ravel()
-    wanted = values.size if count is None else max(0, min(count, values.size))
-    by_score = np.argsort(-values, kind="stable")
-    head = values[by_score[: wanted + 1]]
-    tied = np.any(head[1:] == head[:-1])  # sorted, so equal scores are neighbours
-    if not tied and not np.isnan(values).any():  # a NaN unsorts ncnn's quicksort
-        return by_score[:wanted].astype(np.int64)
-    return ncnn_qsort_order(values)[:wanted]
+    leaves ``scores`` in (descending; equal scores in ncnn's order, not input order), as int64
+    indexes into ``scores``."""
+    order = _detect_ext.qsort_order(scores)
+    return order if count is None else order[: max(0, count)]
 
 
 def ncnn_qsort_order(scores: np.ndarray) -> np.ndarray:
     """The permutation ncnn's ``qsort_descent_inplace`` leaves ``scores`` in, by replaying its
-    swaps one by one (the reference :func:`qsort_descent_order` shortens)."""
+    swaps one by one in Python (the reference the C sort is tested against)."""
     s = [float(v) for v in np.asarray(scores, dtype=np.float32).ravel()]
     order = list(range(len(s)))
     pending = [(0, len(s) - 1)] if s else []
@@ -68,11 +58,6 @@ def ncnn_qsort_order(scores: np.ndarray) -> np.ndarray:
     return np.asarray(order, dtype=np.int64)
 
 
-#: Boxes decided per step of :func:`nms_sorted`: each step compares them with the boxes kept
-#: so far (one array operation) and with each other (a block x block matrix).
-_BLOCK = 128
-
-
 def nms_sorted(boxes: np.ndarray, areas: np.ndarray, threshold: float, rule: IouRule) -> np.ndarray:
     """Indexes of the boxes ncnn's ``nms_sorted_bboxes`` keeps, in order.
 
@@ -80,69 +65,14 @@ def nms_sorted(boxes: np.ndarray, areas: np.ndarray, threshold: float, rule: Iou
     (n,) float32 area each layer defines for them. Class-agnostic, as ncnn's is: box i is kept
     when no kept box before it overlaps it.
     """
-    boxes = np.asarray(boxes, dtype=np.float32)
-    areas = np.asarray(areas, dtype=np.float32)
-    t = np.float32(threshold)
-    n = len(boxes)
-    columns = np.ascontiguousarray(boxes.T)  # xmin, ymin, xmax, ymax rows: contiguous outers
-    # boxes apart have inter 0, which suppresses nothing unless the threshold is negative or,
-    # for inter > t * union, a negative area makes the union negative
-    sparse = bool(t >= 0 and (rule == "divide" or not (areas < 0).any()))
-    kept = np.zeros(n, dtype=bool)
-    with np.errstate(all="ignore"):
-        for start in range(0, n, _BLOCK):
-            block = np.arange(start, min(n, start + _BLOCK))
-            earlier = np.flatnonzero(kept[:start])
-            rows = block
-            if earlier.size:
-                hit = _overlaps(columns, areas, block, earlier, t, rule, sparse)
-                rows = block[~hit.any(axis=1)]
-            # within the block: over[i, j] when box rows[j] (earlier) suppresses rows[i]
-            over = np.tril(_overlaps(columns, areas, rows, rows, t, rule, sparse), -1)
-            suppressed = np.zeros(len(rows), dtype=bool)
-            for j in np.flatnonzero(over.any(axis=0)).tolist():  # boxes that suppress some
-                if not suppressed[j]:  # box j is kept: every suppressor before it was decided
-                    suppressed |= over[:, j]
-            kept[rows[~suppressed]] = True
-    return np.flatnonzero(kept).astype(np.int64)
-
-
-def _overlaps(
-    columns: np.ndarray,
-    areas: np.ndarray,
-    a: np.ndarray,
-    b: np.ndarray,
-    t: np.float32,
-    rule: IouRule,
-    sparse: bool,
-) -> np.ndarray:
-    """(len(a), len(b)) booleans: whether kept box ``b[j]`` suppresses box ``a[i]`` (indexes
-    into ``columns``, the boxes as four rows), as ncnn computes it: ``inter =
-    intersection_area(a, b)``, ``union = areas[a] + areas[b] - inter``. ``sparse``: apart pairs
-    suppress nothing, so only the pairs that touch are computed (most pairs of detections are
-    apart)."""
-    ca, cb = columns[:, a], columns[:, b]
-    apart = np.greater.outer(ca[0], cb[2])
-    scratch = np.empty_like(apart)
-    apart |= np.less.outer(ca[2], cb[0], out=scratch)
-    apart |= np.greater.outer(ca[1], cb[3], out=scratch)
-    apart |= np.less.outer(ca[3], cb[1], out=scratch)
-    if not sparse:
-        inter = np.where(apart, np.float32(0), _intersection(ca[:, :, None], cb[:, None, :]))
-        union = areas[a][:, None] + areas[b][None, :] - inter
-        return _suppresses(inter, union, t, rule)
-    i, j = np.nonzero(~apart)
-    inter = _intersection(ca[:, i], cb[:, j])
-    union = areas[a[i]] + areas[b[j]] - inter
-    hit = np.zeros(apart.shape, dtype=bool)
-    hit[i, j] = _suppresses(inter, union, t, rule)
-    return hit
+    return _detect_ext.nms(boxes, areas, threshold, multiply=rule == "multiply")
 
 
 def nms_sorted_reference(
     boxes: np.ndarray, areas: np.ndarray, threshold: float, rule: IouRule
 ) -> np.ndarray:
-    """:func:`nms_sorted` as ncnn's loop does it: each kept box against every later one."""
+    """:func:`nms_sorted` in numpy, the other way round (each kept box against every later
+    one): the reference the C loop is tested against."""
     boxes = np.asarray(boxes, dtype=np.float32)
     areas = np.asarray(areas, dtype=np.float32)
     t = np.float32(threshold)

@@ -5,6 +5,7 @@ float32 (the order of every product and sum is ncnn's, so boxes agree to the bit
 library does), and both run on the CPU: PriorBox depends only on its inputs' shapes, and ncnn
 has no Vulkan DetectionOutput. Where ncnn reads memory it never wrote (params that do not fit
 together, blobs too small for the priors), asyncvk refuses the model or the input instead.
+DetectionOutput's per-class sort and NMS are ncnn's loops in C (``_detect.c``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import numpy as np
 
 from ._base import BlobCount, Layer, Shape
+from ._detect_ext import ssd_rows
 from ._gpu_api import (
     GpuBlob,
     GpuTarget,
@@ -23,7 +25,7 @@ from ._gpu_api import (
     local_size_1d,
     pack_push,
 )
-from ._nms import nms_sorted, qsort_descent_order
+from ._nms import qsort_descent_order
 from ._registry import register_layer
 from ._schema import Param, floats
 
@@ -315,12 +317,16 @@ class DetectionOutput(Layer):
         num_prior, num_class = self._layout([tuple(x.shape) for x in inputs])
         boxes = self._decode(inputs, num_prior)
         conf = _flat(inputs[1], "scores")[: num_prior * num_class]
-        if self.num_class == _MXNET:
-            scores = conf.reshape(num_class, num_prior).T
-        else:
-            scores = conf.reshape(num_prior, num_class)
-        rows = [self._class_rows(label, scores[:, label], boxes) for label in range(1, num_class)]
-        out = np.concatenate(rows) if rows else np.zeros((0, _ROW), _F32)
+        mxnet = self.num_class == _MXNET
+        shape = (num_class, num_prior) if mxnet else (num_prior, num_class)
+        out = ssd_rows(
+            conf.reshape(shape),
+            mxnet,
+            boxes,
+            self.confidence_threshold,
+            self.nms_top_k,
+            self.nms_threshold,
+        )
         order = qsort_descent_order(out[:, 1], self.keep_top_k)
         if not order.size:  # ncnn returns before creating its output: an empty Mat, as YOLO's do
             return [np.zeros((0,), _F32)]
@@ -351,24 +357,3 @@ class DetectionOutput(Layer):
         bw = np.exp((var[:, 2] * loc[:, 2]).astype(np.float64)).astype(_F32) * pb_w
         bh = np.exp((var[:, 3] * loc[:, 3]).astype(np.float64)).astype(_F32) * pb_h
         return np.stack([cx - bw * half, cy - bh * half, cx + bw * half, cy + bh * half], axis=1)
-
-    def _class_rows(self, label: int, scores: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-        """One class's surviving rows: scores over the threshold, sorted, cut, NMS."""
-        (passed,) = np.nonzero(scores > _F32(self.confidence_threshold))
-        if passed.size == 0:
-            return np.zeros((0, _ROW), _F32)
-        class_scores = scores[passed]
-        order = qsort_descent_order(class_scores, self.nms_top_k)
-        picked = passed[order]
-        kept = picked[_nms_keep(boxes[picked], self.nms_threshold)]
-        rows = np.empty((kept.size, _ROW), dtype=_F32)
-        rows[:, 0] = label
-        rows[:, 1] = scores[kept]
-        rows[:, 2:] = boxes[kept]
-        return rows
-
-
-def _nms_keep(boxes: np.ndarray, threshold: float) -> np.ndarray:
-    """ncnn's ``nms_sorted_bboxes`` for SSD: area = width * height (no +1), IoU > threshold."""
-    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    return nms_sorted(boxes, areas.astype(_F32), threshold, "divide")

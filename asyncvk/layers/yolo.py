@@ -13,11 +13,12 @@ as tests/ncnn_oracle.py reads ncnn's empty Mat; the wheel crashes converting it)
 YoloDetectionOutput, which works in place, gives its first input with the class logits of each
 box replaced by their softmax. CPU-only layers, like ncnn's own (no Vulkan path there either).
 
-Every float follows the float32 arithmetic of ncnn's x86 build (its divisions by a grid size are
-multiplications by a hoisted reciprocal) with the C library's ``expf``, so thresholds and ties fall
-the same way: Yolov3DetectionOutput matches ncnn bit for bit. YoloDetectionOutput is within an ulp
-or two: ncnn's Softmax uses SIMD exp and reciprocal approximations, and its decode loop a
-vectorized expf.
+The decode, sort and NMS are ncnn's loops in C (``_detect.c``): every float follows the float32
+arithmetic of ncnn's x86 build (its divisions by a grid size are multiplications by a hoisted
+reciprocal) with the C library's ``expf``, so thresholds and ties fall the same way:
+Yolov3DetectionOutput matches ncnn bit for bit. YoloDetectionOutput is within an ulp or two:
+ncnn's Softmax uses SIMD exp and reciprocal approximations, and its decode loop a vectorized
+expf.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import struct
 import numpy as np
 
 from ._base import BlobCount, Layer, Shape
-from ._libm import expf as _expf
+from ._detect_ext import yolo_decode
 from ._limits import MAX_CHANNELS
 from ._nms import IouRule, nms_sorted, qsort_descent_order
 from ._paramdict import ParamDict
@@ -36,8 +37,6 @@ from ._schema import Param, floats, read_params
 
 _F32 = np.float32
 _ONE = _F32(1)
-_HALF = _F32(0.5)
-_FLT_MAX = np.finfo(np.float32).max
 
 
 def _bits_as_float(v: int) -> float:
@@ -80,39 +79,15 @@ def ncnn_mask_array(pd: ParamDict, param_id: int) -> tuple[float, ...]:
     )
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return _ONE / (_ONE + _expf(-x))
-
-
-def _best_class(scores: np.ndarray, floor: np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """ncnn's scan for the largest class score per cell: the first strictly greater than the
-    running best, which starts at ``floor`` with class 0. That is the first of the largest
-    (argmax) where it is over the floor, NaN never winning; class 0 and the floor elsewhere."""
-    ranked = np.where(np.isnan(scores), np.float32(-np.inf), scores)
-    label = ranked.argmax(axis=0).astype(np.int64)
-    best = np.take_along_axis(ranked, label[None], axis=0)[0]
-    nothing = ~(best > floor)
-    label[nothing] = 0
-    best[nothing] = floor
-    return label, best
-
-
 class _Candidates:
     """Boxes that passed the confidence threshold, in ncnn's gathering order."""
 
     def __init__(self) -> None:
         self.parts: list[np.ndarray] = []
 
-    def add(
-        self,
-        score: np.ndarray,
-        corners: tuple[np.ndarray, ...],
-        area: np.ndarray,
-        label: np.ndarray,
-    ) -> None:
-        """One map's passing cells, each argument a 1-D array over them in row-major order."""
-        columns = (score, *corners, area, label.astype(np.float32))
-        self.parts.append(np.stack(columns, axis=1).astype(np.float32))
+    def add(self, rows: np.ndarray) -> None:
+        """One map's (n, 7) rows ``[score, xmin, ymin, xmax, ymax, area, label]``."""
+        self.parts.append(rows)
 
     def detections(self, nms_threshold: float, rule: IouRule) -> np.ndarray:
         """Sort, suppress, and give the (n, 6) rows ``[label + 1, score, x0, y0, x1, y1]``."""
@@ -123,23 +98,6 @@ class _Candidates:
         rows[:, 0] = table[:, 6] + _ONE
         rows[:, 1:6] = table[:, 0:5]
         return rows
-
-
-def _corners(
-    cx: np.ndarray, cy: np.ndarray, bw: np.ndarray, bh: np.ndarray
-) -> tuple[np.ndarray, ...]:
-    half_w = bw * _HALF
-    half_h = bh * _HALF
-    return cx - half_w, cy - half_h, cx + half_w, cy + half_h
-
-
-def _passing(confidence: np.ndarray, threshold: np.float32) -> tuple[np.ndarray, ...]:
-    """(mask, row, column) of the cells whose confidence reaches the threshold, the indexes as
-    float32 in row-major order: only those cells' boxes are decoded (each cell's arithmetic
-    is its own, so a box is the same whichever cells are decoded with it)."""
-    keep = confidence >= threshold
-    row, col = np.nonzero(keep)
-    return keep, row.astype(np.float32), col.astype(np.float32)
 
 
 class _YoloOutput(Layer):
@@ -213,7 +171,8 @@ class YoloDetectionOutput(_YoloOutput):
         with np.errstate(all="ignore"):
             for index, blob in enumerate(inputs):
                 _, h, w = self._check_map(index, blob.shape)
-                blob = np.array(blob, dtype=np.float32)  # ncnn's softmax is in place: a copy
+                # ncnn's softmax is in place: a copy, which the decode softmaxes
+                blob = np.array(blob, dtype=np.float32, order="C")
                 self._decode(blob, h, w, found)
                 if index == 0:
                     first = blob
@@ -223,34 +182,22 @@ class YoloDetectionOutput(_YoloOutput):
         return [rows]
 
     def _decode(self, blob: np.ndarray, h: int, w: int, found: _Candidates) -> None:
-        per_box = 5 + self.num_class
-        threshold = _F32(self.confidence_threshold)
-        for pp in range(self.num_box):
-            x, y, bw, bh, objectness = blob[pp * per_box : pp * per_box + 5]
-            scores = blob[pp * per_box + 5 : (pp + 1) * per_box]
-            scores[...] = _softmax_channels(scores)
-            label, class_score = _best_class(scores, _F32(0))
-            confidence = _sigmoid(objectness) * class_score
-            keep, row, col = _passing(confidence, threshold)
-            # reciprocals as in Yolov3DetectionOutput: the closest to ncnn's build
-            cx = (col + _sigmoid(x[keep])) * (_ONE / _F32(w))
-            cy = (row + _sigmoid(y[keep])) * (_ONE / _F32(h))
-            box_w = _expf(bw[keep]) * (_F32(self.biases[2 * pp]) * (_ONE / _F32(w)))
-            box_h = _expf(bh[keep]) * (_F32(self.biases[2 * pp + 1]) * (_ONE / _F32(h)))
-            corners = _corners(cx, cy, box_w, box_h)
-            area = (corners[2] - corners[0]) * (corners[3] - corners[1])
-            found.add(confidence[keep], corners, area, label[keep])
-
-
-def _softmax_channels(x: np.ndarray) -> np.ndarray:
-    """ncnn's Softmax on axis 0 of a (c, h, w) block, in float32."""
-    if x.shape[0] == 0:
-        return x
-    e = _expf(x - x.max(axis=0))
-    total = e[0].copy()
-    for q in range(1, e.shape[0]):  # ncnn adds the channels in order
-        total += e[q]
-    return e * (_ONE / total)
+        # reciprocals as in Yolov3DetectionOutput: the closest to ncnn's build
+        inv_w, inv_h = _ONE / _F32(w), _ONE / _F32(h)
+        anchors = [
+            (_F32(self.biases[2 * pp]) * inv_w, _F32(self.biases[2 * pp + 1]) * inv_h)
+            for pp in range(self.num_box)
+        ]
+        found.add(
+            yolo_decode(
+                blob,
+                self.num_box,
+                self.num_class,
+                np.array(anchors, _F32),
+                self.confidence_threshold,
+                v3=False,
+            )
+        )
 
 
 @register_layer("Yolov3DetectionOutput")
@@ -333,24 +280,29 @@ class Yolov3DetectionOutput(_YoloOutput):
         with np.errstate(all="ignore"):
             for index, blob in enumerate(inputs):
                 _, h, w = self._check_map(index, blob.shape)
-                self._decode(index, np.asarray(blob, dtype=np.float32), h, w, found)
+                self._decode(index, np.ascontiguousarray(blob, dtype=np.float32), h, w, found)
             rows = found.detections(self.nms_threshold, "multiply")
         return [rows if len(rows) else np.zeros(0, dtype=np.float32)]  # ncnn's empty Mat
 
     def _decode(self, index: int, blob: np.ndarray, h: int, w: int, found: _Candidates) -> None:
-        per_box = 5 + self.num_class
         net_w, net_h = self._net_size(index, w, h)
-        threshold = _F32(self.confidence_threshold)
+        anchors = []
         for pp in range(self.num_box):
             anchor = int(self.mask[index * self.num_box + pp])
-            x, y, bw, bh, objectness = blob[pp * per_box : pp * per_box + 5]
-            label, class_score = _best_class(blob[pp * per_box + 5 : (pp + 1) * per_box], -_FLT_MAX)
-            confidence = _ONE / (_ONE + _expf(-objectness) * (_ONE + _expf(-class_score)))
-            keep, row, col = _passing(confidence, threshold)
             # ncnn's build multiplies by hoisted reciprocals (checked bit for bit)
-            cx = (col + _sigmoid(x[keep])) * (_ONE / _F32(w))
-            cy = (row + _sigmoid(y[keep])) * (_ONE / _F32(h))
-            box_w = _expf(bw[keep]) * (_F32(self.biases[2 * anchor]) * (_ONE / net_w))
-            box_h = _expf(bh[keep]) * (_F32(self.biases[2 * anchor + 1]) * (_ONE / net_h))
-            corners = _corners(cx, cy, box_w, box_h)
-            found.add(confidence[keep], corners, box_w * box_h, label[keep])
+            anchors.append(
+                (
+                    _F32(self.biases[2 * anchor]) * (_ONE / net_w),
+                    _F32(self.biases[2 * anchor + 1]) * (_ONE / net_h),
+                )
+            )
+        found.add(
+            yolo_decode(
+                blob,
+                self.num_box,
+                self.num_class,
+                np.array(anchors, _F32),
+                self.confidence_threshold,
+                v3=True,
+            )
+        )

@@ -1,0 +1,314 @@
+/* ncnn's detection post-processing loops on the host: quicksort order, greedy NMS, YOLO decode.
+ *
+ * Each function mirrors ncnn's loop (src/layer/yolov3detectionoutput.cpp, yolodetectionoutput.cpp,
+ * detectionoutput.cpp) in float32 with ncnn's operand order, and calls the C library's expf as
+ * ncnn does; built with -ffp-contract=off, so no product and sum are fused. The Python side
+ * (layers/_detect_ext.py) checks every size before a call; these functions read and write only
+ * inside the extents they are given.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+
+/* The permutation ncnn's qsort_descent_inplace leaves `scores` in (sorted in place too). Its
+ * two halves are disjoint, so they may be sorted in any order: the larger waits on a stack,
+ * the smaller is sorted next, so the stack holds at most log2(n) ranges. */
+void detect_qsort_order(float *scores, int64_t *order, int64_t n)
+{
+    int64_t stack[2 * 64];
+    int64_t depth = 0;
+    int64_t left = 0, right = n - 1;
+    for (int64_t k = 0; k < n; k++)
+        order[k] = k;
+    if (n < 2)
+        return;
+    for (;;) {
+        int64_t i = left, j = right;
+        float p = scores[left + (right - left) / 2];
+        while (i <= j) {
+            /* i and j never leave [left, right] (an element not past the pivot stops each
+             * scan); the bounds only make that hold by construction */
+            while (i <= right && scores[i] > p)
+                i++;
+            while (j >= left && scores[j] < p)
+                j--;
+            if (i <= j) {
+                float s = scores[i];
+                int64_t o = order[i];
+                scores[i] = scores[j];
+                scores[j] = s;
+                order[i] = order[j];
+                order[j] = o;
+                i++;
+                j--;
+            }
+        }
+        int low = left < j, high = i < right;
+        if (low && high) {
+            if (j - left < right - i) {
+                stack[depth++] = i, stack[depth++] = right;
+                right = j;
+            } else {
+                stack[depth++] = left, stack[depth++] = j;
+                left = i;
+            }
+        } else if (low) {
+            right = j;
+        } else if (high) {
+            left = i;
+        } else if (depth) {
+            right = stack[--depth];
+            left = stack[--depth];
+        } else {
+            return;
+        }
+    }
+}
+
+/* The kept boxes as columns, so the test against a run of them is one vector loop. */
+struct kept {
+    float *xmin, *ymin, *xmax, *ymax, *area;
+};
+
+/* The overlap of box `a` (area `area`) with kept box p, as ncnn computes it: intersection_area
+ * (a the candidate; std::min(x, y) is (y < x) ? y : x, std::max(x, y) is (x < y) ? y : x) and
+ * union = area + area[p] - inter. Without branches, so the loops below are vector loops. */
+#define OVERLAP(k, p, a, area)                                                                 \
+    int apart = (a[0] > k->xmax[p]) | (a[2] < k->xmin[p]) | (a[1] > k->ymax[p]) |           \
+                (a[3] < k->ymin[p]);                                                         \
+    float width = (k->xmax[p] < a[2] ? k->xmax[p] : a[2]) -                                  \
+                  (a[0] < k->xmin[p] ? k->xmin[p] : a[0]);                                   \
+    float height = (k->ymax[p] < a[3] ? k->ymax[p] : a[3]) -                                 \
+                   (a[1] < k->ymin[p] ? k->ymin[p] : a[1]);                                  \
+    float inter = apart ? 0.f : width * height;                                              \
+    float total = area + k->area[p] - inter;
+
+/* Whether any of kept boxes [from, to) suppresses box `a`: inter / union > t, or with
+ * `multiply` inter > t * union (a pair's result does not depend on how pairs are batched). */
+static int suppressed(const struct kept *k, int64_t from, int64_t to, const float *a, float area,
+                      float threshold, int multiply)
+{
+    int hit = 0;
+    if (multiply) {
+        for (int64_t p = from; p < to; p++) {
+            OVERLAP(k, p, a, area)
+            hit |= inter > threshold * total;
+        }
+    } else {
+        for (int64_t p = from; p < to; p++) {
+            OVERLAP(k, p, a, area)
+            hit |= inter / total > threshold;
+        }
+    }
+    return hit;
+}
+
+/* Kept boxes compared at once before the loop may stop at a suppressing one. */
+#define RUN 32
+
+/* ncnn's nms_sorted_bboxes: box i (rows xmin, ymin, xmax, ymax, sorted by score) is kept when
+ * no box kept before it overlaps it by more than `threshold`: inter / union > t, or with
+ * `multiply` inter > t * union. Writes the kept indexes to `picked`, returns their count;
+ * `scratch` holds 5 n floats (the kept boxes as columns). */
+int64_t detect_nms(const float *boxes, const float *areas, int64_t n, float threshold,
+                   int multiply, int64_t *picked, float *scratch)
+{
+    struct kept k = {scratch, scratch + n, scratch + 2 * n, scratch + 3 * n, scratch + 4 * n};
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *a = boxes + 4 * i;
+        int hit = 0;
+        for (int64_t from = 0; from < count && !hit; from += RUN) {
+            int64_t to = from + RUN < count ? from + RUN : count;
+            hit = suppressed(&k, from, to, a, areas[i], threshold, multiply);
+        }
+        if (hit)
+            continue;
+        k.xmin[count] = a[0];
+        k.ymin[count] = a[1];
+        k.xmax[count] = a[2];
+        k.ymax[count] = a[3];
+        k.area[count] = areas[i];
+        picked[count++] = i;
+    }
+    return count;
+}
+
+/* ncnn's scan for each cell's best class in a (classes, cells) block: the first score strictly
+ * over the running best, which starts at `floor` with class 0 (NaN never wins). Each cell
+ * visits the classes in ncnn's order; the cells go side by side (contiguous rows). */
+void detect_best_class(const float *scores, int64_t classes, int64_t cells, float floor,
+                       int64_t *label, float *best)
+{
+    for (int64_t c = 0; c < cells; c++) {
+        label[c] = 0;
+        best[c] = floor;
+    }
+    for (int64_t q = 0; q < classes; q++) {
+        const float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++) {
+            int win = s[c] > best[c];
+            best[c] = win ? s[c] : best[c];
+            label[c] = win ? q : label[c];
+        }
+    }
+}
+
+static inline float sigmoid(float x)
+{
+    return 1.f / (1.f + expf(-x));
+}
+
+/* One candidate row: score, xmin, ymin, xmax, ymax, area, label. */
+static inline float *put_box(float *row, float score, float cx, float cy, float box_w,
+                             float box_h, int64_t label, int corner_area)
+{
+    float half_w = box_w * 0.5f, half_h = box_h * 0.5f;
+    row[0] = score;
+    row[1] = cx - half_w;
+    row[2] = cy - half_h;
+    row[3] = cx + half_w;
+    row[4] = cy + half_h;
+    row[5] = corner_area ? (row[3] - row[1]) * (row[4] - row[2]) : box_w * box_h;
+    row[6] = (float)label;
+    return row + 7;
+}
+
+/* ncnn's Softmax over the classes of each cell, in place (`total` holds a float per cell);
+ * the largest is NaN when any score is (numpy's max, which the reference used). */
+static void softmax_cells(float *scores, int64_t classes, int64_t cells, float *total)
+{
+    float *largest = total;
+    for (int64_t c = 0; c < cells; c++)
+        largest[c] = scores[c];
+    for (int64_t q = 1; q < classes; q++) {
+        const float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++)
+            largest[c] = s[c] > largest[c] || s[c] != s[c] ? s[c] : largest[c];
+    }
+    for (int64_t q = 0; q < classes; q++) {
+        float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++)
+            s[c] = expf(s[c] - largest[c]);
+    }
+    for (int64_t q = 1; q < classes; q++) {  /* the sum in ncnn's order, from class 0 */
+        const float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++)
+            total[c] = (q == 1 ? scores[c] : total[c]) + s[c];
+    }
+    if (classes == 1)
+        for (int64_t c = 0; c < cells; c++)
+            total[c] = scores[c];
+    for (int64_t c = 0; c < cells; c++)
+        total[c] = 1.f / total[c];
+    for (int64_t q = 0; q < classes; q++) {
+        float *s = scores + q * cells;
+        for (int64_t c = 0; c < cells; c++)
+            s[c] = s[c] * total[c];
+    }
+}
+
+/* One (num_box * (5 + classes), h, w) map of YoloDetectionOutput: softmax over the class
+ * logits (in place, ncnn's forward is), confidence sigmoid(objectness) x best class score,
+ * and a row in `out` for each cell whose confidence reaches `threshold`, box by box and cells
+ * in row-major order. `anchors` holds bias_w / w, bias_h / h per box; `best` and `label` hold
+ * h w values each. Returns the rows. */
+int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_t h, int64_t w,
+                           const float *anchors, float threshold, float *out, float *best,
+                           int64_t *label)
+{
+    int64_t cells = h * w, per_box = 5 + classes;
+    float inv_w = 1.f / (float)w, inv_h = 1.f / (float)h;
+    float *row = out;
+    for (int64_t pp = 0; pp < num_box; pp++) {
+        float *map = blob + pp * per_box * cells;
+        softmax_cells(map + 5 * cells, classes, cells, best);
+        detect_best_class(map + 5 * cells, classes, cells, 0.f, label, best);
+        for (int64_t c = 0; c < cells; c++) {
+            float confidence = sigmoid(map[4 * cells + c]) * best[c];
+            if (!(confidence >= threshold))
+                continue;
+            float cx = ((float)(c % w) + sigmoid(map[c])) * inv_w;
+            float cy = ((float)(c / w) + sigmoid(map[cells + c])) * inv_h;
+            float box_w = expf(map[2 * cells + c]) * anchors[2 * pp];
+            float box_h = expf(map[3 * cells + c]) * anchors[2 * pp + 1];
+            row = put_box(row, confidence, cx, cy, box_w, box_h, label[c], 1);
+        }
+    }
+    return (row - out) / 7;
+}
+
+/* One map of Yolov3DetectionOutput: confidence 1 / (1 + e^-obj (1 + e^-best)) as ncnn
+ * computes it, rows and arguments as detect_yolo_decode's; `anchors` holds bias_w / net_w,
+ * bias_h / net_h. */
+int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes, int64_t h,
+                             int64_t w, const float *anchors, float threshold, float *out,
+                             float *best, int64_t *label)
+{
+    int64_t cells = h * w, per_box = 5 + classes;
+    float inv_w = 1.f / (float)w, inv_h = 1.f / (float)h;
+    float *row = out;
+    for (int64_t pp = 0; pp < num_box; pp++) {
+        const float *map = blob + pp * per_box * cells;
+        detect_best_class(map + 5 * cells, classes, cells, -FLT_MAX, label, best);
+        for (int64_t c = 0; c < cells; c++) {
+            float confidence = 1.f / (1.f + expf(-map[4 * cells + c]) * (1.f + expf(-best[c])));
+            if (!(confidence >= threshold))
+                continue;
+            float cx = ((float)(c % w) + sigmoid(map[c])) * inv_w;
+            float cy = ((float)(c / w) + sigmoid(map[cells + c])) * inv_h;
+            float box_w = expf(map[2 * cells + c]) * anchors[2 * pp];
+            float box_h = expf(map[3 * cells + c]) * anchors[2 * pp + 1];
+            row = put_box(row, confidence, cx, cy, box_w, box_h, label[c], 0);
+        }
+    }
+    return (row - out) / 7;
+}
+
+/* DetectionOutput's per-class work (ncnn's loop over classes 1..num_class-1): the priors whose
+ * score is over `threshold`, in prior order, sorted by ncnn's quicksort and cut to `top_k`,
+ * then NMS (area = width x height, inter / union > nms_threshold). Class l's score of prior p
+ * is conf[p * prior_stride + l * class_stride]. Writes rows [label, score, xmin, ymin, xmax,
+ * ymax] class by class to `out` (room for `capacity` rows, (num_class - 1) min(top_k, num_prior)
+ * is enough) and returns their count, or -1 when they do not fit. `floats` holds 11 num_prior
+ * floats, `ints` 3 num_prior int64s. */
+int64_t detect_ssd_rows(const float *conf, int64_t num_prior, int64_t num_class,
+                        int64_t prior_stride, int64_t class_stride, const float *boxes,
+                        float threshold, int64_t top_k, float nms_threshold, float *out,
+                        int64_t capacity, float *floats, int64_t *ints)
+{
+    float *score = floats, *sorted = floats + num_prior, *area = floats + 5 * num_prior;
+    float *kept = floats + 6 * num_prior;
+    int64_t *passed = ints, *order = ints + num_prior, *picked = ints + 2 * num_prior;
+    float *row = out;
+    for (int64_t label = 1; label < num_class; label++) {
+        int64_t n = 0;
+        for (int64_t p = 0; p < num_prior; p++) {
+            float s = conf[p * prior_stride + label * class_stride];
+            if (s > threshold) {
+                passed[n] = p;
+                score[n++] = s;
+            }
+        }
+        detect_qsort_order(score, order, n);
+        int64_t m = n < top_k ? n : top_k;
+        for (int64_t k = 0; k < m; k++) {
+            const float *b = boxes + 4 * passed[order[k]];
+            float *d = sorted + 4 * k;
+            d[0] = b[0], d[1] = b[1], d[2] = b[2], d[3] = b[3];
+            area[k] = (d[2] - d[0]) * (d[3] - d[1]);
+        }
+        int64_t count = detect_nms(sorted, area, m, nms_threshold, 0, picked, kept);
+        if (count > capacity - (row - out) / 6)
+            return -1;
+        for (int64_t k = 0; k < count; k++) {
+            int64_t p = passed[order[picked[k]]];
+            const float *b = boxes + 4 * p;
+            row[0] = (float)label;
+            row[1] = conf[p * prior_stride + label * class_stride];
+            row[2] = b[0], row[3] = b[1], row[4] = b[2], row[5] = b[3];
+            row += 6;
+        }
+    }
+    return (row - out) / 6;
+}
