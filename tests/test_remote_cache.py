@@ -4,6 +4,7 @@ is absent or dies mid-load, damaged, foreign, unsigned and expired values, racin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from redis_server import RedisServer, free_port
 from test_cache_file_format import driver_blob
 
 from asyncvk import Net, Option
+from asyncvk.cache import PipelineCache
 from asyncvk.cache._redis_store import RedisStore
 from asyncvk.cache._remote_state import remote_state
 from asyncvk.cache._remote_store import parse_remote_url
@@ -28,9 +30,12 @@ from asyncvk.cache._remote_tier import remote_tier_for
 from asyncvk.cache._remote_values import (
     blob_index_key,
     blob_value_key,
+    decode_spirv_value,
     encode_blob_value,
+    encode_spirv_value,
     parse_spirv_value_key,
     seal,
+    spirv_value_key,
 )
 from asyncvk.gpu import VulkanDevice
 
@@ -632,6 +637,33 @@ async def test_signed_values_only_with_a_key(device: VulkanDevice, server: Redis
     plain, delta, compiles = await _fresh_load(server.url)
     assert compiles == 0 and delta["rejected"] == 0
     await plain.aclose()
+
+
+async def test_a_pull_refuses_entries_of_another_shader_source(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    """A store holds entries of older builds too (their keys name the source hash): a pull
+    adopts this build's and refuses the others, each checked against the current source."""
+    await _filled(server.url)
+    name = _spirv_keys(server)[0].decode()
+    key = parse_spirv_value_key(name)
+    assert key is not None
+    with server.client() as c:
+        spirv = decode_spirv_value(c.get(name) or b"", key, None, {key.shader: key.source_hash})
+        assert isinstance(spirv, bytes)
+        old = dataclasses.replace(key, source_hash=key.source_hash ^ 1)
+        c.set(spirv_value_key(old), encode_spirv_value(old, spirv, device.info.identity, None))
+    cache = PipelineCache(device)
+    tier = remote_tier_for(server.url)
+    assert tier is not None
+    try:
+        await tier.pull(cache)
+        entries = cache.spirv_entries()
+        assert key in entries and old not in entries
+        assert any("shader source changed" in r for r in tier.report()["rejections"])
+    finally:
+        await tier.aclose()
+        await cache.aclose()
 
 
 def _wait_until_expired(server: RedisServer) -> None:
