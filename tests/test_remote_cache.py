@@ -4,6 +4,7 @@ is absent or dies mid-load, damaged, foreign, unsigned and expired values, racin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from redis_server import RedisServer, free_port
 from test_cache_file_format import driver_blob
 
 from asyncvk import Net, Option
+from asyncvk.cache import PipelineCache
 from asyncvk.cache._redis_store import RedisStore
 from asyncvk.cache._remote_state import remote_state
 from asyncvk.cache._remote_store import parse_remote_url
@@ -28,9 +30,12 @@ from asyncvk.cache._remote_tier import remote_tier_for
 from asyncvk.cache._remote_values import (
     blob_index_key,
     blob_value_key,
+    decode_spirv_value,
     encode_blob_value,
+    encode_spirv_value,
     parse_spirv_value_key,
     seal,
+    spirv_value_key,
 )
 from asyncvk.gpu import VulkanDevice
 
@@ -93,8 +98,12 @@ def test_a_second_machine_starts_warm_from_redis(server: RedisServer, tmp_path: 
     first, _ = _run(CUNET, tmp_path / "machine1", server.url)
     assert first["spirv_compiled"] > 0
     assert first["remote_cache"]["pushed"] > 0 and first["remote_cache"]["on"]
-    # a second machine: a fresh process and an empty local folder
-    second, _ = _run(CUNET, tmp_path / "machine2", server.url)
+    # a second machine: a fresh process and an empty local folder. It reads the store on one
+    # connection, after one probe (the early import's; the tier does not probe again)
+    with server.client() as c:
+        connections = c.info("stats")["total_connections_received"]
+        second, _ = _run(CUNET, tmp_path / "machine2", server.url)
+        assert c.info("stats")["total_connections_received"] - connections == 2
     assert second["spirv_compiled"] == 0, second["remote_cache"]
     remote = second["remote_cache"]
     assert remote["hits"] >= first["spirv_compiled"] and remote["rejected"] == 0
@@ -269,6 +278,34 @@ async def test_two_tasks_opening_the_store_share_one_connection(server: RedisSer
     with server.client() as c:
         assert len(c.client_list()) == 2  # this test's client and the tier's one
     await tier.aclose()
+
+
+async def test_a_load_reads_entries_and_the_blob_list_in_one_round_trip_without_metadata(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The values and the newest members of a set come back from one pipeline; the connection
+    is made without looking redis-py's version up in the installed packages' metadata (19 ms
+    per connection on a 2-core machine)."""
+    import importlib.metadata
+
+    with server.client() as c:
+        c.set("a", b"value a")
+        c.zadd("set", {"old": 1.0, "new": 2.0})
+    looked_up: list[str] = []
+    version = importlib.metadata.version
+
+    def counting_version(name: str) -> str:
+        looked_up.append(name)
+        return version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", counting_version)
+    store = RedisStore(parse_remote_url(server.url))
+    try:
+        got = await store.get_with_newest(["a", "absent"], 1024, "set", 1)
+    finally:
+        await store.aclose()
+    assert got == ([b"value a", None], ["new"])
+    assert looked_up == []
 
 
 async def test_a_push_that_fails_unexpectedly_loses_neither_the_save_nor_the_load(
@@ -600,6 +637,33 @@ async def test_signed_values_only_with_a_key(device: VulkanDevice, server: Redis
     plain, delta, compiles = await _fresh_load(server.url)
     assert compiles == 0 and delta["rejected"] == 0
     await plain.aclose()
+
+
+async def test_a_pull_refuses_entries_of_another_shader_source(
+    device: VulkanDevice, server: RedisServer
+) -> None:
+    """A store holds entries of older builds too (their keys name the source hash): a pull
+    adopts this build's and refuses the others, each checked against the current source."""
+    await _filled(server.url)
+    name = _spirv_keys(server)[0].decode()
+    key = parse_spirv_value_key(name)
+    assert key is not None
+    with server.client() as c:
+        spirv = decode_spirv_value(c.get(name) or b"", key, None, {key.shader: key.source_hash})
+        assert isinstance(spirv, bytes)
+        old = dataclasses.replace(key, source_hash=key.source_hash ^ 1)
+        c.set(spirv_value_key(old), encode_spirv_value(old, spirv, device.info.identity, None))
+    cache = PipelineCache(device)
+    tier = remote_tier_for(server.url)
+    assert tier is not None
+    try:
+        await tier.pull(cache)
+        entries = cache.spirv_entries()
+        assert key in entries and old not in entries
+        assert any("shader source changed" in r for r in tier.report()["rejections"])
+    finally:
+        await tier.aclose()
+        await cache.aclose()
 
 
 def _wait_until_expired(server: RedisServer) -> None:

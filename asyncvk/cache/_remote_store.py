@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -168,6 +169,12 @@ class RemoteStore(Protocol):
         bytes at most ``limit + 1`` are read (enough to tell it is too large)."""
         ...
 
+    async def get_with_newest(
+        self, keys: Sequence[str], limit: int, index: str, count: int
+    ) -> tuple[list[bytes | None], list[str]]:
+        """``get_many(keys, limit)`` and ``newest_members(index, count)`` in one round trip."""
+        ...
+
     async def exists_many(self, keys: Sequence[str]) -> list[bool]:
         """Whether each key holds a value."""
         ...
@@ -240,6 +247,16 @@ async def probe_store(settings: RemoteSettings) -> None:
         pass
 
 
+#: Set when a thread starts importing the client (:func:`start_client_import`, after a probe).
+_import_started = threading.Event()
+
+
+def client_import_started() -> bool:
+    """Whether the client is imported, or on its way: a probe before opening the store would
+    save nothing then (redis-py's own connection finds a server that is down)."""
+    return _import_started.is_set() or f"{__package__}._redis_store" in sys.modules
+
+
 def _import_client() -> None:
     try:
         importlib.import_module(f"{__package__}._redis_store")
@@ -256,6 +273,7 @@ async def start_client_import(settings: RemoteSettings) -> bool:
         await probe_store(settings)
     except (RemoteStoreError, ValueError):
         return False
+    _import_started.set()
     threading.Thread(target=_import_client, name="asyncvk-import-redis", daemon=True).start()
     return True
 

@@ -2,9 +2,10 @@
 
 At load, after the local cache (file or folder) is in, the SPIR-V entries a model needs that
 are still missing, and the driver blobs of this device identity, are read from the store in two
-round trips (nothing missing: the store is not opened, its client not imported), checked as a
-cache file is (``_remote_values``), and adopted; the local cache's next save writes them to
-disk. After load, what the store lacks is pushed in the background (never on the request path).
+round trips on one connection (nothing missing: the store is not opened, its client not
+imported), checked as a cache file is (``_remote_values``), and adopted; the local cache's next
+save writes them to disk. After load, what the store lacks is pushed in the background (never
+on the request path).
 
 Fail-open: the first connection error, timeout or server error turns the tier off for the rest
 of the process (one warning) and the model loads without it; a value that fails a check is a
@@ -39,6 +40,7 @@ from ._remote_store import (
     RemoteSettings,
     RemoteStore,
     RemoteStoreError,
+    client_import_started,
     configured_remote_url,
     open_store,
     parse_remote_url,
@@ -93,6 +95,13 @@ def model_spirv_keys(cache: PipelineCache, specs: Iterable[PipelineSpec]) -> set
     }
 
 
+def _source_hashes(cache: PipelineCache, keys: Iterable[SpirvKey]) -> dict[str, int]:
+    """The current source hash of each shader ``keys`` name, one this build has: not every
+    shader's, whose shape variants alone took 8 ms of a warm load on lavapipe's machine."""
+    registry = cache.registry
+    return {k.shader: registry.get(k.shader).source_hash for k in keys if k.shader in registry}
+
+
 def _blob_and_key(vk_cache: DriverPipelineCache, identity: DeviceIdentity) -> tuple[bytes, str]:
     """A driver cache's blob and the key it is stored under ("" for an empty blob)."""
     blob = vk_cache.data()
@@ -135,8 +144,9 @@ class RemoteTier:
             self._open_lock = asyncio.Lock()
         async with self._open_lock:  # a second opener waits, or it would leak a connection
             if self._store is None:
-                # a server that is down is found without importing the client (~0.2 s)
-                await probe_store(self.settings)
+                if not client_import_started():
+                    # a server that is down is found without importing the client (~0.2 s)
+                    await probe_store(self.settings)
                 # importing the client: not on the event loop
                 self._store = await run_sync(open_store, self.settings)
             return self._store
@@ -181,16 +191,16 @@ class RemoteTier:
         identity = cache.device.info.identity
         try:
             store = await self._open()
-            spirv_get = store.get_many([spirv_value_key(k) for k in keys], self.settings.max_value)
-            if want_blob:
-                values, members = await asyncio.gather(
-                    spirv_get,
-                    store.newest_members(blob_index_key(identity), self.settings.max_blobs),
+            names, limit = [spirv_value_key(k) for k in keys], self.settings.max_value
+            if want_blob:  # one round trip for the entries and the blobs' list, one for the blobs
+                index = blob_index_key(identity)
+                values, members = await store.get_with_newest(
+                    names, limit, index, self.settings.max_blobs
                 )
                 self._members = members
-                blob_values = await store.get_many(members, self.settings.max_value)
+                blob_values = await store.get_many(members, limit)
             else:
-                values, members, blob_values = await spirv_get, [], []
+                values, members, blob_values = await store.get_many(names, limit), [], []
         except RemoteStoreError as exc:
             self._turn_off(str(exc))
             return
@@ -203,7 +213,7 @@ class RemoteTier:
                 blob_values,
                 identity=identity,
                 secret=self.secret,
-                source_hashes=cache.registry.source_hashes(),
+                source_hashes=_source_hashes(cache, keys),
                 limit=self.settings.max_value,
             )
         )
