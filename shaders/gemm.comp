@@ -7,8 +7,11 @@
 // addressed through element strides in push constants, so a transpose is a stride swap, a
 // broadcast is a zero stride and one head of a multi-head blob is a batch stride: no copies.
 // The batch is two levels (b = b1 * nb2 + b2) for MatMul's broadcast batch dims.
-// One invocation computes a 4x4 block of out: 8 loads feed 16 multiply-adds (llvmpipe runs
-// each per-lane load as a scalar loop). x = column block, y = row block, z = batch.
+// A workgroup is 8 x 8 x S invocations over a 32 x 32 tile of out: each (x, y) pair owns a
+// 4x4 block (8 loads feed 16 multiply-adds), and its S invocations along z take consecutive
+// ranges of k, whose sums meet in shared memory in range order. The ranges keep a GPU busy on
+// products with few tiles (a transformer's 197 x 768 projections made 120 workgroups of 64:
+// each invocation ran all 768 steps alone). Workgroup x = column tile, y = row tile, z = batch.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int has_c = 0;
@@ -30,14 +33,18 @@ layout(push_constant) uniform Params {
     float alpha; float beta;
 } p;
 
-#include "index.h"
 
-// the 4x4 block (bi, bj) of batch b
+#define MAX_SPLITS 4
+shared vec4 partial[MAX_SPLITS - 1][64][4];  // the sums of ranges 1 .. S-1, per (x, y) pair
+
+// the 4x4 block (bi, bj) of batch b, range gl_LocalInvocationID.z of its k; every invocation
+// of the workgroup calls it the same number of times (barriers)
 void invoke(int bj, int bi, int b) {
     int j0 = bj * 4;
     int i0 = bi * 4;
-    if (i0 >= p.M || j0 >= p.N) return;
     ivec2 bb = ivec2(b / p.nb2, b % p.nb2);
+    int split = int(gl_LocalInvocationID.z);
+    int splits = int(gl_WorkGroupSize.z);
 
     // clamped rows and columns: edge blocks load valid data and store only what exists
     ivec4 rows = min(ivec4(i0) + ivec4(0, 1, 2, 3), ivec4(p.M - 1));
@@ -48,16 +55,20 @@ void invoke(int bj, int bi, int b) {
     ivec4 cc = cols * p.scj;
     for (int r = 0; r < 4; r++) {
         int crow = cbase + rows[r] * p.sci;
-        cv[r] = has_c == 1 ? vec4(float(c_data[crow + cc.x]), float(c_data[crow + cc.y]),
-                                  float(c_data[crow + cc.z]), float(c_data[crow + cc.w])) * p.beta
-                           : vec4(0.0);
+        cv[r] = has_c == 1 && split == 0
+                    ? vec4(float(c_data[crow + cc.x]), float(c_data[crow + cc.y]),
+                           float(c_data[crow + cc.z]), float(c_data[crow + cc.w])) * p.beta
+                    : vec4(0.0);
     }
     vec4 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = c_last == 1 ? vec4(0.0) : cv[r];
 
+    int per = (p.K + splits - 1) / splits;
+    int k0 = min(p.K, split * per);
+    int k1 = min(p.K, k0 + per);
     ivec4 arow = bb.x * p.sa1 + bb.y * p.sa2 + rows * p.sai;
     ivec4 bcol = bb.x * p.sb1 + bb.y * p.sb2 + cols * p.sbj;
-    for (int k = 0; k < p.K; k++) {
+    for (int k = k0; k < k1; k++) {
         int ak = k * p.sak;
         int bk = k * p.sbk;
         vec4 bv = vec4(float(b_data[bcol.x + bk]), float(b_data[bcol.y + bk]),
@@ -68,22 +79,37 @@ void invoke(int bj, int bi, int b) {
         acc[3] += float(a_data[arow.w + ak]) * bv;
     }
 
-    int obase = bb.x * p.so1 + bb.y * p.so2;
-    for (int r = 0; r < 4; r++) {
-        if (i0 + r >= p.M) break;
-        for (int c = 0; c < 4; c++) {
-            if (j0 + c >= p.N) break;
-            float v = acc[r][c] * p.alpha;
-            if (c_last == 1) v += cv[r][c];
-            out_data[obase + (i0 + r) * p.soi + (j0 + c) * p.soj] = sfp(v);
+    int pair = int(gl_LocalInvocationID.y * gl_WorkGroupSize.x + gl_LocalInvocationID.x);
+    if (split > 0) {
+        for (int r = 0; r < 4; r++) partial[split - 1][pair][r] = acc[r];
+    }
+    barrier();
+    if (split == 0 && i0 < p.M && j0 < p.N) {
+        for (int s = 1; s < splits; s++) {
+            for (int r = 0; r < 4; r++) acc[r] += partial[s - 1][pair][r];
+        }
+        int obase = bb.x * p.so1 + bb.y * p.so2;
+        for (int r = 0; r < 4; r++) {
+            if (i0 + r >= p.M) break;
+            for (int c = 0; c < 4; c++) {
+                if (j0 + c >= p.N) break;
+                float v = acc[r][c] * p.alpha;
+                if (c_last == 1) v += cv[r][c];
+                out_data[obase + (i0 + r) * p.soi + (j0 + c) * p.soj] = sfp(v);
+            }
         }
     }
+    barrier();  // the next tile writes partial again
 }
 
-// x and y loop when the host caps them; z (the batch) is never capped: the host leaves it whole
+// tiles in strides of the grid when the host caps x and y: the same count for every invocation
+// of a workgroup; z (the batch) is never capped: the host leaves it whole
 void main() {
-    ivec3 id = ivec3(gl_GlobalInvocationID);
-    ivec3 stride = grid_stride();
-    for (int y = id.y; y < (p.M + 3) / 4; y += stride.y)
-        for (int x = id.x; x < (p.N + 3) / 4; x += stride.x) invoke(x, y, id.z);
+    ivec2 size = ivec2(gl_WorkGroupSize.xy);
+    ivec2 local = ivec2(gl_LocalInvocationID.xy);
+    int blocks_x = (p.N + 3) / 4;
+    int blocks_y = (p.M + 3) / 4;
+    for (int ty = int(gl_WorkGroupID.y); ty * size.y < blocks_y; ty += int(gl_NumWorkGroups.y))
+        for (int tx = int(gl_WorkGroupID.x); tx * size.x < blocks_x; tx += int(gl_NumWorkGroups.x))
+            invoke(tx * size.x + local.x, ty * size.y + local.y, int(gl_WorkGroupID.z));
 }

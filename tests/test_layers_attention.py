@@ -96,9 +96,21 @@ def _mha_model(tmp_path: Path, case: MhaCase) -> tuple[Model, dict[str, np.ndarr
     return model, inputs
 
 
+@pytest.fixture(params=["tiled", "plain"])
+def product_shader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both product shaders: gemm_tiled.comp (CPU devices) and gemm.comp (GPUs), whose
+    attention products add the mask after alpha (c_last) and split k over its z invocations."""
+    from asyncvk.layers import _strided_gemm
+
+    monkeypatch.setattr(
+        _strided_gemm, "TILED_GEMM", "always" if request.param == "tiled" else "never"
+    )
+    return str(request.param)
+
+
 @pytest.mark.parametrize("case", MHA_CASES, ids=[c.id for c in MHA_CASES])
 async def test_multiheadattention_matches_ncnn(
-    device: VulkanDevice, tmp_path: Path, case: MhaCase
+    device: VulkanDevice, tmp_path: Path, case: MhaCase, product_shader: str
 ) -> None:
     model, inputs = _mha_model(tmp_path, case)
     await assert_gpu_and_cpu_match_ncnn(model, inputs, "MultiHeadAttention")
@@ -173,6 +185,7 @@ async def test_sdpa_matches_ncnn(
     k: tuple[int, ...],
     v: tuple[int, ...],
     mask: tuple[int, ...] | None,
+    product_shader: str,
 ) -> None:
     shapes = [q, k, v] + ([mask] if mask else [])
     names = [f"in{i}" for i in range(len(shapes))]

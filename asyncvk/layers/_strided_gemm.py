@@ -17,8 +17,10 @@ from ..gpu._memory import Buffer
 from ._gpu_api import GpuBlob, PipelineSpec, RecordContext, capped_groups, pack_push
 
 #: gemm.comp: invocations per workgroup along (columns, rows); each computes 4x4 outputs.
-_LOCAL = (8, 8, 1)
+_LOCAL = (8, 8)
 _BLOCK = 4
+#: gemm.comp's ranges of k per 4x4 block (its MAX_SPLITS): the invocations along z.
+_MOST_SPLITS = 4
 #: gemm_tiled.comp: one workgroup of subgroups; each lane computes _TILED_ROWS x _TILED_COLS.
 _TILED_LOCAL = (64, 1, 1)
 _TILED_ROWS = 8
@@ -65,7 +67,15 @@ def gemm_spec(info: GpuInfo, has_c: bool, c_last: bool = False) -> PipelineSpec:
     before."""
     if tiled_gemm_fits(info):
         return PipelineSpec("gemm_tiled", (int(has_c), int(c_last)), _TILED_LOCAL)
-    return PipelineSpec("gemm", (int(has_c), int(c_last)), _LOCAL)
+    return PipelineSpec("gemm", (int(has_c), int(c_last)), _local(info))
+
+
+def _local(info: GpuInfo) -> tuple[int, int, int]:
+    """gemm.comp's workgroup: 8 x 8 blocks, each with as many ranges of k (up to 4) as the
+    device's workgroup size allows."""
+    pairs = _LOCAL[0] * _LOCAL[1]
+    splits = max(1, min(_MOST_SPLITS, info.limits.max_compute_workgroup_invocations // pairs))
+    return (*_LOCAL, splits)
 
 
 def _tiled_groups(info: GpuInfo, m: int, n: int, batch: int) -> tuple[int, int, int]:
