@@ -96,22 +96,29 @@ def _mha_model(tmp_path: Path, case: MhaCase) -> tuple[Model, dict[str, np.ndarr
     return model, inputs
 
 
-@pytest.fixture(params=["tiled", "plain"])
-def product_shader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both product shaders: gemm_tiled.comp (CPU devices) and gemm.comp (GPUs), whose
-    attention products add the mask after alpha (c_last) and split k over its z invocations."""
+def _use_product_shader(monkeypatch: pytest.MonkeyPatch, shader: str) -> None:
+    """gemm_tiled.comp (CPU devices) or gemm.comp (GPUs, whose attention products add the mask
+    after alpha, c_last, and split k over its z invocations)."""
     from asyncvk.layers import _strided_gemm
 
-    monkeypatch.setattr(
-        _strided_gemm, "TILED_GEMM", "always" if request.param == "tiled" else "never"
-    )
-    return str(request.param)
+    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "always" if shader == "tiled" else "never")
 
 
-@pytest.mark.parametrize("case", MHA_CASES, ids=[c.id for c in MHA_CASES])
+#: every case on the tiled shader; on gemm.comp the masked ones and the one past its blocks
+MHA_RUNS = [(c, "tiled") for c in MHA_CASES] + [
+    (c, "plain") for c in MHA_CASES if c.mask is not None or c.embed > 32
+]
+
+
+@pytest.mark.parametrize(("case", "shader"), MHA_RUNS, ids=[f"{c.id}-{s}" for c, s in MHA_RUNS])
 async def test_multiheadattention_matches_ncnn(
-    device: VulkanDevice, tmp_path: Path, case: MhaCase, product_shader: str
+    device: VulkanDevice,
+    tmp_path: Path,
+    case: MhaCase,
+    shader: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _use_product_shader(monkeypatch, shader)
     model, inputs = _mha_model(tmp_path, case)
     await assert_gpu_and_cpu_match_ncnn(model, inputs, "MultiHeadAttention")
 
@@ -172,10 +179,14 @@ SDPA_CASES = [
 ]
 
 
+#: every case on the tiled shader; on gemm.comp the masked ones (its c_last add)
+SDPA_RUNS = [(*c, "tiled") for c in SDPA_CASES] + [(*c, "plain") for c in SDPA_CASES if c[4]]
+
+
 @pytest.mark.parametrize(
-    ("params", "q", "k", "v", "mask"),
-    SDPA_CASES,
-    ids=[f"{c[0] or 'default'}@{c[1]}{c[2]}{c[3]}-mask{c[4]}" for c in SDPA_CASES],
+    ("params", "q", "k", "v", "mask", "shader"),
+    SDPA_RUNS,
+    ids=[f"{c[0] or 'default'}@{c[1]}{c[2]}{c[3]}-mask{c[4]}-{c[5]}" for c in SDPA_RUNS],
 )
 async def test_sdpa_matches_ncnn(
     device: VulkanDevice,
@@ -185,8 +196,10 @@ async def test_sdpa_matches_ncnn(
     k: tuple[int, ...],
     v: tuple[int, ...],
     mask: tuple[int, ...] | None,
-    product_shader: str,
+    shader: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _use_product_shader(monkeypatch, shader)
     shapes = [q, k, v] + ([mask] if mask else [])
     names = [f"in{i}" for i in range(len(shapes))]
     lines = [f"Input {n} 0 1 {n}" for n in names]
