@@ -1,7 +1,8 @@
 #version 450
 // Batched, strided matrix product:
 //   out[b][i][j] = alpha * (beta * C[b][i][j] + sum_k A[b][i][k] * B[b][k][j])
-// in ncnn's Gemm order (the C term first, then k = 0, 1, ..., then alpha); with c_last,
+// in ncnn's Gemm order (the C term first, then k = 0, 1, ..., then alpha: within each range
+// of k below; the ranges' sums are then added in range order); with c_last,
 //   out[b][i][j] = alpha * sum_k A[b][i][k] * B[b][k][j] + beta * C[b][i][j]
 // (attention's scaled scores plus a mask, in that order). Every operand is
 // addressed through element strides in push constants, so a transpose is a stride swap, a

@@ -121,3 +121,17 @@ def test_decode_refuses_maps_too_small() -> None:
         yolo_decode(np.zeros((14, 3, 3), F32), 2, 2, np.ones(3, F32), 0.5, v3=False)
     with pytest.raises(ValueError, match="contiguous"):
         yolo_decode(np.zeros((14, 3, 6), F32)[:, :, ::2], 2, 2, np.ones(4, F32), 0.5, v3=False)
+
+
+def test_decode_refuses_what_would_take_it_out_of_bounds() -> None:
+    """No class (the softmax would read past the map), a negative count, and a read-only map
+    for the v2 decode, which writes its softmax into the map."""
+    anchors = np.ones(4, F32)
+    for boxes, classes in ((1, 0), (1, -5), (-1, 2)):
+        with pytest.raises(ValueError, match="boxes of"):
+            yolo_decode(np.zeros((5, 2, 2), F32), boxes, classes, anchors, 0.0, v3=False)
+    frozen = np.zeros((7, 2, 2), F32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        yolo_decode(frozen, 1, 2, anchors, 0.0, v3=False)
+    assert yolo_decode(frozen, 1, 2, anchors, 2.0, v3=True).shape == (0, 7)  # v3 only reads

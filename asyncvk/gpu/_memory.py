@@ -27,7 +27,8 @@ ffi = _vk.ffi
 
 BLOCK_SIZE = 64 << 20
 #: Blocks for staging and readback: host memory the driver pins, where 64 MB for a 4 KB output
-#: cost a first inference on the H100 about 15 ms. A larger request gets a block of its size.
+#: cost a first inference on the H100 15-25 ms. A larger request gets a block of the next power
+#: of two (kept until close, so growing requests take few blocks).
 TRANSFER_BLOCK_SIZE = 1 << 20
 
 
@@ -166,8 +167,11 @@ class Allocator:
                 buf = self._take(block, size)
                 if buf is not None:
                     return buf
-            least = self.block_size if kind is MemoryKind.DEVICE else TRANSFER_BLOCK_SIZE
-            block = self._new_block(kind, max(size, least))
+            if kind is MemoryKind.DEVICE:
+                block_size = max(size, self.block_size)
+            else:
+                block_size = max(TRANSFER_BLOCK_SIZE, 1 << (size - 1).bit_length())
+            block = self._new_block(kind, block_size)
             self._blocks[kind].append(block)
             buf = self._take(block, size)
             assert buf is not None

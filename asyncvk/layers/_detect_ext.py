@@ -32,10 +32,12 @@ def _floats(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def _ptr(ctype: str, array: np.ndarray) -> Any:
-    """A C array over ``array``'s memory that keeps ``array`` alive as long as it lives."""
-    assert array.flags.c_contiguous and array.dtype == _DTYPES[ctype]
-    return _ffi.from_buffer(ctype, array)
+def _ptr(ctype: str, array: np.ndarray, *, writes: bool = False) -> Any:
+    """A C array over ``array``'s memory that keeps ``array`` alive as long as it lives; one
+    the C side ``writes`` must be writable (cffi would otherwise hand out read-only memory)."""
+    if not array.flags.c_contiguous or array.dtype != _DTYPES[ctype]:
+        raise ValueError(f"a C {ctype} needs a C-contiguous {_DTYPES[ctype]} array")
+    return _ffi.from_buffer(ctype, array, require_writable=writes)
 
 
 _DTYPES = {"float[]": np.dtype(np.float32), "int64_t[]": np.dtype(np.int64)}
@@ -102,6 +104,8 @@ def yolo_decode(
     if not blob.flags.c_contiguous or blob.dtype != np.float32:
         raise ValueError("yolo_decode: the map must be a C-contiguous float32 array")
     anchors = _floats(anchors).reshape(-1)
+    if num_box < 0 or num_class < 1:
+        raise ValueError(f"yolo_decode: {num_box} boxes of {num_class} classes")
     if blob.shape[0] < num_box * (5 + num_class) or anchors.size < 2 * num_box:
         raise ValueError(
             f"yolo_decode: a map of {blob.shape[0]} channels or {anchors.size} anchor scales "
@@ -110,7 +114,7 @@ def yolo_decode(
     out = np.empty((num_box * h * w, 7), dtype=np.float32)
     decode = _lib.detect_yolov3_decode if v3 else _lib.detect_yolo_decode
     rows = decode(
-        _ptr("float[]", blob),
+        _ptr("float[]", blob, writes=not v3),  # the v2 decode softmaxes it in place
         num_box,
         num_class,
         h,

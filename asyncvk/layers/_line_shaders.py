@@ -35,7 +35,10 @@ def chosen(lines: int, length: int) -> bool:
 
 def local_size(info: GpuInfo) -> tuple[int, int, int]:
     """A power of two up to LARGEST_LOCAL that the device runs (the halving needs one)."""
+    limit = min(
+        info.limits.max_compute_workgroup_invocations, info.limits.max_compute_workgroup_size[0]
+    )
     size = LARGEST_LOCAL
-    while size > info.limits.max_compute_workgroup_invocations:
+    while size > limit:
         size //= 2
     return (size, 1, 1)

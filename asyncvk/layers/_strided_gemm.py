@@ -4,8 +4,10 @@
 One pipeline computes ``alpha * (beta * C + A @ B)`` over a two-level batch, each operand read
 through element strides, so Gemm's transposes, MatMul's broadcast batch dims and
 MultiHeadAttention's per-head slices of one buffer are all the same dispatch, without copies.
-Both shaders take the same operands and sum in the same order; the tiled one shares loads
-across a subgroup (about twice as fast on lavapipe, where each load is a loop over lanes).
+Both shaders take the same operands. The tiled one shares loads across a subgroup (about
+twice as fast on lavapipe, where each load is a loop over lanes) and sums k in order;
+``gemm.comp`` sums up to four ranges of k in order and then adds the ranges (so its last bits
+depend on how many ranges the device's workgroup size allows).
 """
 
 from __future__ import annotations
