@@ -174,6 +174,19 @@ static inline float *put_box(float *row, float score, float cx, float cy, float 
     return row + 7;
 }
 
+/* The box of cell c of one YOLO map (x, y, w, h logits as planes of `cells` floats, `anchor`
+ * its box's w, h scale) as a candidate row: both decodes share it. */
+static inline float *put_cell(float *row, const float *map, int64_t cells, int64_t c, int64_t w,
+                              float inv_w, float inv_h, const float *anchor, float confidence,
+                              int64_t label, int corner_area)
+{
+    float cx = ((float)(c % w) + sigmoid(map[c])) * inv_w;
+    float cy = ((float)(c / w) + sigmoid(map[cells + c])) * inv_h;
+    float box_w = expf(map[2 * cells + c]) * anchor[0];
+    float box_h = expf(map[3 * cells + c]) * anchor[1];
+    return put_box(row, confidence, cx, cy, box_w, box_h, label, corner_area);
+}
+
 /* ncnn's Softmax over the classes of each cell, in place (`total` holds a float per cell);
  * the largest is NaN when any score is (numpy's max, which the reference used). */
 static void softmax_cells(float *scores, int64_t classes, int64_t cells, float *total)
@@ -228,11 +241,8 @@ int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_
             float confidence = sigmoid(map[4 * cells + c]) * best[c];
             if (!(confidence >= threshold))
                 continue;
-            float cx = ((float)(c % w) + sigmoid(map[c])) * inv_w;
-            float cy = ((float)(c / w) + sigmoid(map[cells + c])) * inv_h;
-            float box_w = expf(map[2 * cells + c]) * anchors[2 * pp];
-            float box_h = expf(map[3 * cells + c]) * anchors[2 * pp + 1];
-            row = put_box(row, confidence, cx, cy, box_w, box_h, label[c], 1);
+            row = put_cell(row, map, cells, c, w, inv_w, inv_h, anchors + 2 * pp, confidence,
+                           label[c], 1);
         }
     }
     return (row - out) / 7;
@@ -255,11 +265,8 @@ int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes
             float confidence = 1.f / (1.f + expf(-map[4 * cells + c]) * (1.f + expf(-best[c])));
             if (!(confidence >= threshold))
                 continue;
-            float cx = ((float)(c % w) + sigmoid(map[c])) * inv_w;
-            float cy = ((float)(c / w) + sigmoid(map[cells + c])) * inv_h;
-            float box_w = expf(map[2 * cells + c]) * anchors[2 * pp];
-            float box_h = expf(map[3 * cells + c]) * anchors[2 * pp + 1];
-            row = put_box(row, confidence, cx, cy, box_w, box_h, label[c], 0);
+            row = put_cell(row, map, cells, c, w, inv_w, inv_h, anchors + 2 * pp, confidence,
+                           label[c], 0);
         }
     }
     return (row - out) / 7;

@@ -104,6 +104,8 @@ class _YoloOutput(Layer):
     """Params and checks shared by both versions (ncnn's ids and defaults)."""
 
     one_blob_only = False
+    #: Yolov3DetectionOutput's decode (sigmoid classes) rather than the v2 one (softmax)
+    v3_decode = False
     num_class = Param(0, int, 20, limit=MAX_CHANNELS)
     num_box = Param(1, int, 5, limit=MAX_CHANNELS)
     confidence_threshold = Param(2, float, 0.01)
@@ -150,6 +152,15 @@ class _YoloOutput(Layer):
             rows += self.num_box * h * w
         return [(rows, 6)]
 
+    def _add_decoded(
+        self, blob: np.ndarray, anchors: list[tuple[np.float32, np.float32]], found: _Candidates
+    ) -> None:
+        """Decode one map in C with each box's (w, h) scale and gather its candidates."""
+        box_scales = np.array(anchors, _F32)
+        threshold = self.confidence_threshold
+        v3 = self.v3_decode
+        found.add(yolo_decode(blob, self.num_box, self.num_class, box_scales, threshold, v3=v3))
+
 
 @register_layer("YoloDetectionOutput")
 class YoloDetectionOutput(_YoloOutput):
@@ -188,16 +199,7 @@ class YoloDetectionOutput(_YoloOutput):
             (_F32(self.biases[2 * pp]) * inv_w, _F32(self.biases[2 * pp + 1]) * inv_h)
             for pp in range(self.num_box)
         ]
-        found.add(
-            yolo_decode(
-                blob,
-                self.num_box,
-                self.num_class,
-                np.array(anchors, _F32),
-                self.confidence_threshold,
-                v3=False,
-            )
-        )
+        self._add_decoded(blob, anchors, found)
 
 
 @register_layer("Yolov3DetectionOutput")
@@ -207,6 +209,7 @@ class Yolov3DetectionOutput(_YoloOutput):
     overlap compared as inter > t x union. ncnn's confidence is 1 / (1 + e^-obj (1 + e^-cls)),
     not sigmoid(obj) x sigmoid(cls): reproduced as ncnn computes it."""
 
+    v3_decode = True
     mask = Param(5, floats)
     anchors_scale = Param(6, floats)
 
@@ -296,13 +299,4 @@ class Yolov3DetectionOutput(_YoloOutput):
                     _F32(self.biases[2 * anchor + 1]) * (_ONE / net_h),
                 )
             )
-        found.add(
-            yolo_decode(
-                blob,
-                self.num_box,
-                self.num_class,
-                np.array(anchors, _F32),
-                self.confidence_threshold,
-                v3=True,
-            )
-        )
+        self._add_decoded(blob, anchors, found)
