@@ -53,15 +53,11 @@ async def open_net(config: RunConfig) -> OpenNet:
     thread (``asyncvk.cli`` starts one at its first line) has that long to finish.
     """
     from .gpu import get_gpu_count
-    from .shader import prepare_compiler
 
     report: dict[str, Any] = {"param": config.param, "model": config.model}
     start = time.perf_counter()
-    # one stat, before any other I/O: cheaper than a thread hop
-    cache_file = config.cache_file
-    cache_file_exists = cache_file is not None and os.path.exists(cache_file)  # noqa: ASYNC240
-    if not config.cpu and not cache_file_exists:
-        prepare_compiler()  # cold: the compiler's set-up overlaps the driver's
+    # the compiler's set-up: started by the CLI's first lines for a run that will compile, and
+    # by Net.load_param otherwise
     opt = Option(
         use_vulkan_compute=False if config.cpu else None,
         vulkan_device=config.device,

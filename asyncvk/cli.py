@@ -61,8 +61,8 @@ def _prepare_compiler() -> None:
 
 
 def _will_compile(args: argparse.Namespace) -> bool:
-    """Whether the command is likely to compile GLSL: ``open_net``'s own rule (no cache file to
-    load; a cache folder may or may not hold this model) and ``cache warm``, which compiles."""
+    """Whether the command is likely to compile GLSL: no cache file to load (a cache folder may
+    or may not hold this model), or ``cache warm``, which compiles."""
     cache = getattr(args, "cache", None)
     return args.func is cmd_cache_warm or cache is None or not os.path.exists(cache)
 

@@ -105,7 +105,8 @@ print("compiler_ready" in _marks, "numpy" in sys.modules)
 
 
 def test_only_a_run_that_will_compile_sets_up_the_compiler(tmp_path: Path) -> None:
-    """A warm run (its cache file exists) compiles nothing, so it spends no core on glslang."""
+    """A warm run (its cache file exists) starts no set-up at the CLI's first lines, beside its
+    imports and the driver (``Net.load_param`` still starts one later, as before)."""
     from asyncvk import cli
 
     model = MODELS / "squeezenet"

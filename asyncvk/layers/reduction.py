@@ -138,14 +138,20 @@ class Reduction(Layer):
         _dispatch_split(ctx, "reduce", inputs[0], outputs[0], *span)
 
 
+def _around(shape: tuple[int, ...], first: int, last: int) -> tuple[int, int, int]:
+    """A blob as (outer, len, inner) around axes first..last (inclusive), as the shaders see it."""
+    return (
+        math.prod(shape[:first]),
+        math.prod(shape[first : last + 1]),
+        math.prod(shape[last + 1 :]),
+    )
+
+
 def _dispatch_split(
     ctx: RecordContext, key: str, x: GpuBlob, out: GpuBlob, first: int, last: int
 ) -> None:
     """One invocation per (outer, inner) pair around axes first..last (inclusive)."""
-    shape = x.shape
-    outer = math.prod(shape[:first])
-    n = math.prod(shape[first : last + 1])
-    inner = math.prod(shape[last + 1 :])
+    outer, n, inner = _around(x.shape, first, last)
     push = pack_push("3i", outer, n, inner)
     groups = groups_1d(outer * inner, local_size_1d(ctx.info), ctx.info)
     ctx.dispatch(key, [x, out], push, groups)
@@ -199,13 +205,11 @@ class Softmax(Layer):
         return _SOFTMAX_LINES if _line_shaders.offered(target.info) else frozenset()
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
-        shape = inputs[0].shape
-        axis = self.axis % len(shape)
-        length = shape[axis]
-        lines = math.prod(shape) // max(length, 1)
-        if _line_shaders.chosen(lines, length) and ctx.has_pipeline("softmax_lines"):
-            push = pack_push("3i", math.prod(shape[:axis]), length, math.prod(shape[axis + 1 :]))
-            groups = fold_groups(lines, ctx.info)
+        axis = self.axis % len(inputs[0].shape)
+        outer, length, inner = _around(inputs[0].shape, axis, axis)
+        if _line_shaders.chosen(outer * inner, length) and ctx.has_pipeline("softmax_lines"):
+            groups = fold_groups(outer * inner, ctx.info)
+            push = pack_push("3i", outer, length, inner)
             ctx.dispatch("softmax_lines", [inputs[0], outputs[0]], push, groups)
             return
         _dispatch_split(ctx, "softmax", inputs[0], outputs[0], axis, axis)
