@@ -16,7 +16,7 @@ import pytest
 import vulkan as vk
 
 from asyncvk import AsyncVkError
-from asyncvk.gpu import CommandRecorder, VulkanDevice
+from asyncvk.gpu import CommandRecorder, VulkanDevice, _device
 
 ffi, lib = vk.ffi, vk.lib
 #: How long a broken wait may hold the loop before a thread opens the gate for it (a guard
@@ -125,3 +125,111 @@ def test_a_fence_wait_that_times_out_raises() -> None:
         rec.release()
         gate.destroy()
         device.close()
+
+
+class _CountedWaits:
+    """Counts the device's blocking fence waits (the thread path of ``device.run``) and keeps
+    the fences its submissions took."""
+
+    def __init__(self, device: VulkanDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        self.fences: list[object] = []
+        wait, submit = device.wait, device.submit
+
+        def counted(fence: object) -> None:
+            self.calls += 1
+            wait(fence)
+
+        def kept(rec: CommandRecorder) -> object:
+            fence = submit(rec)
+            self.fences.append(fence)
+            return fence
+
+        monkeypatch.setattr(device, "wait", counted)
+        monkeypatch.setattr(device, "submit", kept)
+
+
+async def _open_after_ticks(gate: HostGate, ticks: int) -> None:
+    for _ in range(ticks):
+        await asyncio.sleep(0)
+    gate.open("the loop")
+
+
+async def test_a_short_run_is_polled_from_the_loop(
+    device: VulkanDevice, gate: HostGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A buffer whose last run was short is polled from the event loop, not waited for on a
+    thread: the loop keeps running (it is a coroutine that lets the GPU finish), no blocking
+    wait happens, the fence goes back to the free list and the run's time is recorded."""
+    monkeypatch.setattr(_device, "POLL_MAX_S", 2 * RESCUE_S)
+    waits = _CountedWaits(device, monkeypatch)
+    rec = gate.recorder()
+    rec.last_run_s = RESCUE_S  # polled for up to twice this
+    rescue = threading.Timer(RESCUE_S, gate.open, args=("the rescue thread",))
+    rescue.start()
+    try:
+        opener = asyncio.create_task(_open_after_ticks(gate, 5))
+        await device.run(rec)
+        await opener
+    finally:
+        rescue.cancel()
+        rec.release()
+    assert gate.opened_by[0] == "the loop", gate.opened_by
+    assert waits.calls == 0
+    assert waits.fences[0] in device._free_fences  # reset and back for the next submit
+    assert rec.last_run_s is not None and rec.last_run_s < RESCUE_S
+
+
+async def test_a_run_with_no_short_last_run_waits_on_a_thread(
+    device: VulkanDevice, gate: HostGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run (no last time), a long one, or a poll that runs out: the wait goes to a
+    thread, once, and the loop still runs meanwhile."""
+    waits = _CountedWaits(device, monkeypatch)
+    for last in (None, 10 * _device.POLL_MAX_S, 1e-9):
+        gate = HostGate(device)
+        rec = gate.recorder()
+        rec.last_run_s = last
+        rescue = threading.Timer(RESCUE_S, gate.open, args=("the rescue thread",))
+        rescue.start()
+        try:
+            opener = asyncio.create_task(_open_after_ticks(gate, 5))
+            await device.run(rec)
+            await opener
+        finally:
+            rescue.cancel()
+            lib.vkDeviceWaitIdle(device.handle)
+            rec.release()
+            gate.destroy()
+        assert gate.opened_by[0] == "the loop", (last, gate.opened_by)
+    assert waits.calls == 3
+
+
+async def test_a_run_cancelled_while_polling_waits_for_the_gpu(
+    device: VulkanDevice, gate: HostGate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelling a polled run does not abandon a fence the GPU may still signal: the
+    cancellation is raised only once the submission is done, and the fence is recycled."""
+    monkeypatch.setattr(_device, "POLL_MAX_S", 2 * RESCUE_S)
+    rec = gate.recorder()
+    rec.last_run_s = RESCUE_S
+    waits = _CountedWaits(device, monkeypatch)
+    rescue = threading.Timer(RESCUE_S, gate.open, args=("the rescue thread",))
+    rescue.start()
+    try:
+        run = asyncio.create_task(device.run(rec))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the run is polling now
+        run.cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not run.done()  # still waiting for the GPU
+        gate.open("the loop")
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    finally:
+        rescue.cancel()
+        rec.release()
+    assert gate.opened_by[0] == "the loop", gate.opened_by
+    assert waits.calls == 1  # handed to a thread, which waited for the GPU
+    assert waits.fences[0] in device._free_fences

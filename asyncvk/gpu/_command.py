@@ -85,6 +85,10 @@ class CommandRecorder:
         self.finished = False
         self.dispatch_count = 0
         self.barrier_count = 0
+        #: Seconds from submit to the host seeing the fence of this buffer's last run (None
+        #: before one): how long :meth:`VulkanDevice.run` polls before handing the wait to a
+        #: thread.
+        self.last_run_s: float | None = None
         #: maxComputeWorkGroupCount: a dispatch over it is undefined behaviour, never recorded.
         self._max_groups = tuple(device.info.limits.max_compute_workgroup_count)
         self._released = False

@@ -141,6 +141,7 @@ FUNCTIONS = (
     "vkGetPhysicalDeviceProperties",
     "vkGetPhysicalDeviceProperties2",
     "vkGetPhysicalDeviceQueueFamilyProperties",
+    "vkGetFenceStatus",
     "vkGetPipelineCacheData",
     "vkGetQueryPoolResults",
     "vkMapMemory",
