@@ -4,7 +4,9 @@
 // weight vec4 4 columns, so a multiply-add costs 0.19 loads instead of convolution.comp's 2
 // (llvmpipe runs every per-lane load as a scalar loop). Weights are repacked by the layer as
 // [out_c / 8][in_c][kernel_h * kernel_w][8] (zero-padded channels), read as two vec4 loads.
-// x = output column / 4, y = output row, z = output channel / 8.
+// x = the 4-column block, row-major over the output map (x = row * blocks per row + block),
+// z = output channel / 8. llvmpipe runs the invocations of a workgroup 8 at a time along x, so a
+// flat x keeps every lane busy on a 7x7 map (an 8x8 workgroup of columns x rows used 2 of 8).
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int kernel_w = 1;
@@ -91,7 +93,7 @@ void invoke(int tx, int oy, int tz) {
 void main() {
     ivec3 id = ivec3(gl_GlobalInvocationID);
     ivec3 stride = grid_stride();
+    int blocks = (p.outw + 3) / 4;
     for (int z = id.z; z < (p.outc + 7) / 8; z += stride.z)
-        for (int y = id.y; y < p.outh; y += stride.y)
-            for (int x = id.x; x < (p.outw + 3) / 4; x += stride.x) invoke(x, y, z);
+        for (int i = id.x; i < blocks * p.outh; i += stride.x) invoke(i % blocks, i / blocks, z);
 }

@@ -93,8 +93,10 @@ CASES: list[Case] = [
         [(2, 8, 7)],
         [(3 * 2 * 2 * 3, 0), (3, 1)],
     ),
-    # more than one 8-channel tile and one 32-column workgroup in the tiled shader
+    # more than one 8-channel tile and one workgroup in the tiled shader, whose 4-column blocks
+    # run row-major along x: rows of a partial block (37) and of whole ones (16)
     Case("Convolution", "0=17 1=3 4=1 5=1 6=1377 9=1", [(9, 5, 37)], conv_weights(17, 9, 3)),
+    Case("Convolution", "0=10 1=3 4=1 5=1 6=540 9=1", [(6, 7, 16)], conv_weights(10, 6, 3)),
     Case("Convolution", "0=16 1=1 3=2 5=0 6=64", [(4, 3, 67)], conv_weights(16, 4, 1, bias=False)),
     # more than one 64 x 64 tile of the GEMM shader, taps not a multiple of its 16-tap step
     Case("Convolution", "0=70 1=3 4=1 5=1 6=12600 9=1", [(20, 12, 11)], conv_weights(70, 20, 3)),
