@@ -82,6 +82,15 @@ def tiled_groups(output: tuple[int, ...]) -> tuple[int, int, int]:
     return (math.ceil(math.ceil(ow / TILE_OX) * oh / TILED_LOCAL[0]), 1, math.ceil(oc / TILE_OC))
 
 
+def deconv_tiled_groups(output: tuple[int, ...], strides: tuple[int, int]) -> tuple[int, int, int]:
+    """Workgroups for deconvolution_tiled.comp: (blocks of 4 columns of one phase over every
+    phase and row, 1, channel blocks) for ``output`` and (stride_h, stride_w)."""
+    oc, oh, ow = output
+    sh, sw = strides
+    blocks = math.ceil(math.ceil(ow / sw) / TILE_OX) * math.ceil(oh / sh) * sh * sw
+    return (math.ceil(blocks / TILED_LOCAL[0]), 1, math.ceil(oc / TILE_OC))
+
+
 def pack_tiled(weight: np.ndarray, out_c: int, maxk: int) -> np.ndarray:
     """(out_c, in_c, kh, kw) weights as the tiled shader reads them: [out_c / 8][in_c][maxk][8],
     the 8 channels of one tap two consecutive vec4 (out_c padded with zeros)."""
