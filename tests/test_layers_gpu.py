@@ -93,8 +93,10 @@ CASES: list[Case] = [
         [(2, 8, 7)],
         [(3 * 2 * 2 * 3, 0), (3, 1)],
     ),
-    # more than one 8-channel tile and one 32-column workgroup in the tiled shader
+    # more than one 8-channel tile and one workgroup in the tiled shader, whose 4-column blocks
+    # run row-major along x: rows of a partial block (37) and of whole ones (16)
     Case("Convolution", "0=17 1=3 4=1 5=1 6=1377 9=1", [(9, 5, 37)], conv_weights(17, 9, 3)),
+    Case("Convolution", "0=10 1=3 4=1 5=1 6=540 9=1", [(6, 7, 16)], conv_weights(10, 6, 3)),
     Case("Convolution", "0=16 1=1 3=2 5=0 6=64", [(4, 3, 67)], conv_weights(16, 4, 1, bias=False)),
     # more than one 64 x 64 tile of the GEMM shader, taps not a multiple of its 16-tap step
     Case("Convolution", "0=70 1=3 4=1 5=1 6=12600 9=1", [(20, 12, 11)], conv_weights(70, 20, 3)),
@@ -143,6 +145,35 @@ CASES: list[Case] = [
     Case(
         "Deconvolution", "0=3 1=3 2=2 3=1 5=0 6=162", [(6, 4, 4)], conv_weights(3, 6, 3, bias=False)
     ),
+    # deconvolution_tiled.comp's phases: stride = kernel (cunet's), stride > kernel (outputs no
+    # tap reaches), unequal strides and kernel sides with pads and output_pad, stride 1, a SAME
+    # crop of odd offset, more than 8 channels and more than one workgroup
+    Case(
+        "Deconvolution",
+        "0=10 1=2 3=2 5=1 6=480 9=2 -23310=1,0.1",
+        [(12, 7, 9)],
+        conv_weights(10, 12, 2),
+    ),
+    Case("Deconvolution", "0=9 1=2 3=3 5=1 6=108", [(3, 5, 6)], conv_weights(9, 3, 2)),
+    Case(
+        "Deconvolution",
+        "0=5 1=5 11=3 3=2 13=3 4=2 14=1 15=1 16=0 18=1 5=1 6=300",
+        [(4, 6, 7)],
+        [(5 * 4 * 5 * 3, 0), (5, 1)],
+    ),
+    Case(
+        "Deconvolution",
+        "0=9 1=3 3=1 4=1 5=0 6=486",
+        [(6, 5, 11)],
+        conv_weights(9, 6, 3, bias=False),
+    ),
+    Case(
+        "Deconvolution",
+        "0=4 1=4 3=2 4=-233 20=10 21=9 5=1 6=128",
+        [(2, 5, 5)],
+        conv_weights(4, 2, 4),
+    ),
+    Case("DeconvolutionDepthWise", "0=4 1=3 3=2 5=1 6=108 7=1", [(3, 4, 5)], conv_weights(4, 3, 3)),
     Case(
         "DeconvolutionDepthWise",
         "0=4 1=3 3=2 4=1 5=1 6=36 7=4",
@@ -332,6 +363,36 @@ async def test_every_convolution_shader(
     assert shaders == ({want, "convolution_gemm_sum"} if split else {want})
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
+
+
+DECONV_CASES = [c for c in CASES if c.type.startswith("Deconvolution")]
+
+
+@pytest.mark.parametrize("tiled", [True, False], ids=["tiled", "gather"])
+@pytest.mark.parametrize("case", DECONV_CASES, ids=[c.id for c in DECONV_CASES])
+async def test_every_deconvolution_shader(
+    device: VulkanDevice, case: Case, tiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deconvolution_tiled.comp (CPU devices: ungrouped, undilated layers) and
+    deconvolution.comp both match the reference, whichever device runs the tests."""
+    from asyncvk.layers import _conv_shaders
+
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if tiled else "never")
+    param, weights = build(case)
+    inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
+    expected, cpu_net = await _run(case, False, inputs, param, weights)
+    await cpu_net.aclose()
+    got, gpu_net = await _run(case, True, inputs, param, weights)
+    async with ProfilingExtractor(gpu_net) as ex:
+        ex.input("in0", inputs[0])
+        await ex.extract("out0")
+        assert ex.profile is not None
+        shaders = {d.shader for d in ex.profile.dispatches}
+    await gpu_net.aclose()
+    params = dict(kv.split("=", 1) for kv in case.params.split())
+    plain = params.get("7", "1") != "1" or params.get("2", "1") != "1"
+    assert shaders == {"deconvolution" if plain or not tiled else "deconvolution_tiled"}
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=2e-5)
 
 
 def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> None:

@@ -351,8 +351,9 @@ class Convolution(ConvParams):
         pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
         specs = (*self.gpu_specs(), pad)
         ungrouped = specs[:6] + specs[7:]  # only convolution.comp has the group constant (id 6)
+        local = _conv_shaders.TILED_LOCAL if shader == "convolution_tiled" else _LOCAL_2D
         pipelines = {
-            "conv": PipelineSpec(shader, specs if shader == "convolution" else ungrouped, _LOCAL_2D)
+            "conv": PipelineSpec(shader, specs if shader == "convolution" else ungrouped, local)
         }
         if self._splitk(target.info):  # beside convolution.comp, its group constant last
             pipelines["conv_splitk"] = PipelineSpec(
@@ -404,6 +405,10 @@ class Convolution(ConvParams):
         if self._splitk(ctx.info) and _conv_shaders.chosen(output.shape, kernel):
             groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
             ctx.dispatch("conv_splitk", buffers, push, groups)
+            return
+        if self._tiled(ctx.info):
+            groups = capped_groups(_conv_shaders.tiled_groups(output.shape), ctx.info)
+            ctx.dispatch("conv", buffers, push, groups)
             return
         _, cols, chans = self.shader(ctx.info)
         wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))

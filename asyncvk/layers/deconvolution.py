@@ -1,5 +1,6 @@
 """Deconvolution and DeconvolutionDepthWise: numpy as one matmul plus a scatter-add per kernel
-tap, then ncnn's cut_padding; on the GPU ``deconvolution.comp``."""
+tap, then ncnn's cut_padding; on the GPU ``deconvolution.comp``, or on CPU devices
+``deconvolution_tiled.comp`` for ungrouped, undilated layers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 
 import numpy as np
 
+from ..gpu._info import GpuInfo
+from . import _conv_shaders
 from ._geometry import SAME_LOWER, SAME_UPPER, as_chw, chw_shape, same_pads
 from ._gpu_api import (
     GpuBlob,
@@ -114,8 +117,22 @@ class Deconvolution(ConvParams):
 
     # -- GPU -------------------------------------------------------------------------------
 
+    def _tiled(self, info: GpuInfo) -> bool:
+        """Whether this layer runs deconvolution_tiled.comp (where convolutions run theirs)."""
+        undilated = self.dilation_w == self.dilation_h == 1
+        return self.group == 1 and undilated and _conv_shaders.tiled(info)
+
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
-        return {"deconv": PipelineSpec("deconvolution", self.gpu_specs(), (8, 8, 1))}
+        specs = self.gpu_specs()
+        if self._tiled(target.info):  # no dilation (ids 2, 3) or group (id 6) constants
+            tiled = specs[:2] + specs[4:6] + specs[7:]
+            return {"deconv": PipelineSpec("deconvolution_tiled", tiled, _conv_shaders.TILED_LOCAL)}
+        return {"deconv": PipelineSpec("deconvolution", specs, (8, 8, 1))}
+
+    def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
+        if not self._tiled(info):
+            return weight
+        return _conv_shaders.pack_tiled(weight, self.num_output, self.maxk)
 
     def _crop(self, w: int, h: int, ow: int, oh: int) -> tuple[int, int]:
         """(left, top) of the output inside the full deconvolution."""
@@ -137,7 +154,12 @@ class Deconvolution(ConvParams):
         oc, oh, ow = outputs[0].shape
         left, top = self._crop(w, h, ow, oh)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
-        groups = capped_groups((math.ceil(ow / 8), math.ceil(oh / 8), oc), ctx.info)
+        if self._tiled(ctx.info):
+            strides = (self.stride_h, self.stride_w)
+            wanted = _conv_shaders.deconv_tiled_groups(outputs[0].shape, strides)
+        else:
+            wanted = (math.ceil(ow / 8), math.ceil(oh / 8), oc)
+        groups = capped_groups(wanted, ctx.info)
         ctx.dispatch("deconv", blobs_and_weights(ctx, inputs, outputs), push, groups)
 
 
