@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
+from typing import Any
 
 import numpy as np
 import pytest
 
 import asyncvk
 from asyncvk.gpu import VulkanDevice
+from asyncvk.net import _plan
 from asyncvk.net._net import Net
 from asyncvk.net._option import Option
 
@@ -84,6 +87,33 @@ async def test_graph_with_split_concat_and_cpu_layer_matches_numpy(
             assert info["cpu_layers"] == 1  # the ReLU marked no-vulkan (featmask bit 4)
             assert info["segments"] == 2
             assert info["gpu_layers"] >= 5
+
+
+@pytest.mark.parametrize("inline_max_s", [_plan.INLINE_CPU_MAX_S, 0.0])
+async def test_a_short_cpu_layer_runs_on_the_loop_after_its_first_run(
+    device: VulkanDevice, monkeypatch: pytest.MonkeyPatch, inline_max_s: float
+) -> None:
+    """The ReLU marked no-vulkan runs on a worker the first time; once its run is known to be
+    short it runs on the event loop's thread (no hop); a layer over the bound always hops."""
+    threads: list[str] = []
+    run_cpu_layer = _plan.run_cpu_layer
+
+    def tracked(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return run_cpu_layer(*args)
+
+    monkeypatch.setattr(_plan, "run_cpu_layer", tracked)
+    monkeypatch.setattr(_plan, "INLINE_CPU_MAX_S", inline_max_s)
+    x = RNG.standard_normal((3, 6, 7)).astype(np.float32)
+    async with await _load() as net:
+        for _ in range(3):
+            np.testing.assert_allclose(await _run(net, x), reference(x), rtol=1e-4, atol=1e-5)
+    loop_thread = threading.current_thread().name
+    assert threads[0] != loop_thread
+    if inline_max_s:
+        assert threads[1:] == [loop_thread, loop_thread]
+    else:
+        assert loop_thread not in threads
 
 
 async def test_plan_reuses_memory_and_replays_without_recording(device: VulkanDevice) -> None:

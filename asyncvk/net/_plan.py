@@ -49,9 +49,23 @@ class _Segment:
     recorder: CommandRecorder | None = None
 
 
+#: A CPU layer whose last run took at most this long runs on the event loop's thread: a hop to
+#: a worker and back cost more than that on the H100 (0.1-0.25 ms, ``results/fence_poll_h100
+#: .json``); longer ones go to a worker so the loop is never held longer.
+INLINE_CPU_MAX_S = 0.001
+
+
 @dataclass
 class _CpuStep:
     node: GraphNode
+    #: Seconds the layer's last run took (None before one).
+    last_run_s: float | None = None
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        start = time.perf_counter()
+        outs = run_cpu_layer(self.node, inputs)
+        self.last_run_s = time.perf_counter() - start
+        return outs
 
 
 class Plan:
@@ -270,7 +284,11 @@ class Plan:
             else:
                 node = step.node
                 args = [host[b] for b in node.bottoms]
-                outs = await run_sync(run_cpu_layer, node, args)
+                last = step.last_run_s
+                if last is not None and last <= INLINE_CPU_MAX_S:
+                    outs = step.run(args)
+                else:
+                    outs = await run_sync(step.run, args)
                 for t, value in zip(node.tops, outs, strict=True):
                     host[t] = value
         if self.target in host:
