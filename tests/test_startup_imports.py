@@ -106,7 +106,7 @@ print("compiler_ready" in _marks, "numpy" in sys.modules)
 
 def test_only_a_run_that_will_compile_sets_up_the_compiler(tmp_path: Path) -> None:
     """A warm run (its cache file exists) starts no set-up at the CLI's first lines, beside its
-    imports and the driver (``Net.load_param`` still starts one later, as before)."""
+    imports and the driver (nor later, unless the file held no SPIR-V: the next test)."""
     from asyncvk import cli
 
     model = MODELS / "squeezenet"
@@ -117,3 +117,45 @@ def test_only_a_run_that_will_compile_sets_up_the_compiler(tmp_path: Path) -> No
     assert cli._will_compile(parser.parse_args([*run, "--cache-dir", str(tmp_path)]))
     cache.write_bytes(b"")
     assert not cli._will_compile(parser.parse_args([*run, "--cache", str(cache)]))
+
+
+WARM_OPEN = """
+import asyncio, sys
+import asyncvk.shader._compiler as compiler
+from asyncvk._runner import RunConfig, close_net, open_net
+
+async def main():
+    opened = await open_net(RunConfig(sys.argv[1], sys.argv[2], cache_file=sys.argv[3]))
+    await close_net(opened)
+    print(opened.report["cache_reason"], compiler._warm_up is not None)
+
+asyncio.run(main())
+"""
+
+
+def test_a_warm_run_sets_up_the_compiler_only_when_its_file_held_no_spirv(
+    tmp_path: Path,
+) -> None:
+    """The runner attaches the cache file after ``load_param``, which used to start glslang's
+    set-up regardless (on lavapipe's 2-core machine it slowed a warm load by 25 ms); now the
+    rule is applied once the file is in: a file that loads starts none, a refused one does."""
+    model = MODELS / "squeezenet"
+    cache = tmp_path / "c.vkcache"
+    args = [str(model / "model.param"), str(model / "model.bin"), str(cache)]
+
+    def run() -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", WARM_OPEN, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        return out.stdout.strip().splitlines()[-1]
+
+    assert run().endswith("True")  # no file: a cold run
+    assert run() == "loaded False"
+    cache.write_bytes(b"not a cache file")
+    reason, started = run().rsplit(" ", 1)
+    assert reason != "loaded" and started == "True"
+

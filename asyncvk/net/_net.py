@@ -86,6 +86,9 @@ class Net:
         self.cache_status: dict[str, Any] | None = None
         self._cache_folder: ModelCacheFolder | None = None
         self._fingerprint = ""
+        #: False when the caller attaches a loaded cache file after ``load_param`` and applies
+        #: the compiler rule itself then (``_runner.open_net``): a warm run needs no compiler.
+        self._compiler_at_load_param = True
         #: Saves the cache folder after load and whenever something new is built since.
         self._autosaver: AutoSaver | None = None
         self._pending_save: asyncio.Future[SaveResult | None] | None = None
@@ -106,7 +109,8 @@ class Net:
     async def load_param(self, source: str | os.PathLike[str] | bytes | IO[Any]) -> None:
         """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
         start = time.perf_counter()
-        self._prepare_compiler()
+        if self._compiler_at_load_param:
+            self._prepare_compiler()
         param_source = _read_source(source)
         param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)
