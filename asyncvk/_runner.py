@@ -105,11 +105,13 @@ def _remote_client_import(config: RunConfig) -> asyncio.Task[bool] | None:
     absent folder), it will read the store: start its client's import now, beside load_param
     and the device's opening (on the H100 a warm-from-Redis load took 0.10-0.13 s against a
     local file's 0.03 s, most of it that import)."""
-    from .cache._remote_store import configured_remote_url, parse_remote_url, start_client_import
+    from .cache._remote_url import configured_remote_url
 
     url, where = configured_remote_url(config.remote_cache)
     if not url:
         return None
+    from .cache._remote_store import parse_remote_url, start_client_import
+
     folder = config.cache_dir
     if config.cache_file is not None:
         local_empty = not os.path.exists(config.cache_file)

@@ -230,7 +230,7 @@ class Net:
     def _remote_tier(self) -> RemoteTier | None:
         """The remote tier ``Option.remote_cache`` names (ValueError for a malformed URL)."""
         if not self._remote_resolved:
-            from ..cache._remote_store import configured_remote_url  # stdlib only: no client
+            from ..cache._remote_url import configured_remote_url  # os only: no client
 
             if configured_remote_url(self.opt.remote_cache)[0]:
                 # imported only with a remote cache: start-up without one is unchanged
