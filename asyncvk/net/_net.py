@@ -23,7 +23,6 @@ from ..cache._safe_fs import expand_path
 from ..gpu._device import VulkanDevice, get_gpu_device
 from ..gpu._instance import get_gpu_count
 from ..layers._registry import layer_types
-from ..shader._compiler import prepare_compiler
 from ._cache_folder import ModelCacheFolder, ModelSource
 from ._extractor import Extractor as Extractor
 from ._gpu_model import GpuModel, Progress
@@ -209,6 +208,8 @@ class Net:
         cache = self.opt.pipeline_cache
         if cache is not None and cache.statistics().spirv_entries:
             return  # warm from a cache file: nothing to compile, most likely
+        from ..shader._compiler import prepare_compiler  # only a load that may compile needs it
+
         prepare_compiler()
 
     # -- the cache folder ----------------------------------------------------------------------
