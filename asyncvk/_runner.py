@@ -56,8 +56,6 @@ async def open_net(config: RunConfig) -> OpenNet:
 
     report: dict[str, Any] = {"param": config.param, "model": config.model}
     start = time.perf_counter()
-    # the compiler's set-up: started by the CLI's first lines for a run that will compile, and
-    # by Net.load_param otherwise
     opt = Option(
         use_vulkan_compute=False if config.cpu else None,
         vulkan_device=config.device,
@@ -68,6 +66,12 @@ async def open_net(config: RunConfig) -> OpenNet:
         remote_cache=config.remote_cache,
     )
     net = Net(opt)
+    # The compiler's set-up (glslang's first compile, ~80 ms on a thread): the CLI's first lines
+    # start it for a run that will compile. A cache file is attached only after load_param, so
+    # the rule (no SPIR-V loaded: set it up) is applied then; a warm run starts none (on
+    # lavapipe's 2-core machine it slowed that run's load by 25 ms).
+    warm_file = config.cache_file is not None and os.path.exists(config.cache_file)  # noqa: ASYNC240
+    net._compiler_at_load_param = not warm_file
     client_import = None if config.cpu else _remote_client_import(config)
     t0 = time.perf_counter()
     await net.load_param(config.param)
@@ -82,6 +86,8 @@ async def open_net(config: RunConfig) -> OpenNet:
         cache = _open_gpu_cache(config, opt, report, t0)
     else:
         report["device"] = {"name": "cpu (numpy)", "driver": "", "type": "cpu"}
+    if warm_file:
+        net._prepare_compiler()
     t0 = time.perf_counter()
     await net.load_model(config.model, progress=config.progress)
     report["load_model_s"] = time.perf_counter() - t0
@@ -99,11 +105,13 @@ def _remote_client_import(config: RunConfig) -> asyncio.Task[bool] | None:
     absent folder), it will read the store: start its client's import now, beside load_param
     and the device's opening (on the H100 a warm-from-Redis load took 0.10-0.13 s against a
     local file's 0.03 s, most of it that import)."""
-    from .cache._remote_store import configured_remote_url, parse_remote_url, start_client_import
+    from .cache._remote_url import configured_remote_url
 
     url, where = configured_remote_url(config.remote_cache)
     if not url:
         return None
+    from .cache._remote_store import parse_remote_url, start_client_import
+
     folder = config.cache_dir
     if config.cache_file is not None:
         local_empty = not os.path.exists(config.cache_file)

@@ -16,7 +16,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 from ._cli_cache import cmd_cache_inspect, cmd_cache_ls, cmd_cache_prune, cmd_cache_verify
 from ._cli_info import cmd_info, cmd_layers
@@ -139,8 +139,44 @@ def _count(least: int) -> Callable[[str], int]:
     return parse
 
 
+def _terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns``: $COLUMNS, else the terminal's width, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, sized as argparse sizes it but without importing shutil: argparse
+    makes one per argument added, and shutil with zlib, bz2 and lzma cost every command's
+    start 3 ms on lavapipe's machine."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if width is None:
+            width = _terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width, **kwargs)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a hint for an option value that starts with '-' (``--graph-key -rf``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         option = re.match(r"argument (--[\w-]+)(?:/-\w)?: expected one argument", message)

@@ -106,7 +106,7 @@ print("compiler_ready" in _marks, "numpy" in sys.modules)
 
 def test_only_a_run_that_will_compile_sets_up_the_compiler(tmp_path: Path) -> None:
     """A warm run (its cache file exists) starts no set-up at the CLI's first lines, beside its
-    imports and the driver (``Net.load_param`` still starts one later, as before)."""
+    imports and the driver (nor later, unless the file held no SPIR-V: the next test)."""
     from asyncvk import cli
 
     model = MODELS / "squeezenet"
@@ -117,3 +117,98 @@ def test_only_a_run_that_will_compile_sets_up_the_compiler(tmp_path: Path) -> No
     assert cli._will_compile(parser.parse_args([*run, "--cache-dir", str(tmp_path)]))
     cache.write_bytes(b"")
     assert not cli._will_compile(parser.parse_args([*run, "--cache", str(cache)]))
+
+
+WARM_OPEN = """
+import asyncio, sys
+import asyncvk.shader._compiler as compiler
+from asyncvk._runner import RunConfig, close_net, open_net
+
+async def main():
+    opened = await open_net(RunConfig(sys.argv[1], sys.argv[2], cache_file=sys.argv[3]))
+    await close_net(opened)
+    print(opened.report["cache_reason"], compiler._warm_up is not None)
+
+asyncio.run(main())
+"""
+
+
+def test_a_warm_run_sets_up_the_compiler_only_when_its_file_held_no_spirv(
+    tmp_path: Path,
+) -> None:
+    """The runner attaches the cache file after ``load_param``, which used to start glslang's
+    set-up regardless (on lavapipe's 2-core machine it slowed a warm load by 25 ms); now the
+    rule is applied once the file is in: a file that loads starts none, a refused one does."""
+    model = MODELS / "squeezenet"
+    cache = tmp_path / "c.vkcache"
+    args = [str(model / "model.param"), str(model / "model.bin"), str(cache)]
+
+    def run() -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", WARM_OPEN, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        return out.stdout.strip().splitlines()[-1]
+
+    assert run().endswith("True")  # no file: a cold run
+    assert run() == "loaded False"
+    cache.write_bytes(b"not a cache file")
+    reason, started = run().rsplit(" ", 1)
+    assert reason != "loaded" and started == "True"
+
+
+WARM_RESULT = """
+import asyncio, sys
+import numpy as np
+from asyncvk import cli
+from asyncvk._runner import RunConfig, close_net, open_net
+
+async def main():
+    cli.build_parser().parse_args(["run", *sys.argv[1:3], "--cache", sys.argv[3]])
+    opened = await open_net(RunConfig(sys.argv[1], sys.argv[2], cache_file=sys.argv[3]))
+    ex = opened.net.create_extractor()
+    ex.input("in0", np.load(sys.argv[4]))
+    await ex.extract("out0")
+    print(opened.report["cache_reason"], sorted(m for m in sys.argv[5:] if m in sys.modules))
+    await close_net(opened)
+
+asyncio.run(main())
+"""
+
+#: Imported by a warm run's load once, 5.6 ms on lavapipe's machine: uuid and secrets (with
+#: random and hmac) for random file names (os.urandom now), difflib for an error's hint and the
+#: remote store's module for a check of one environment variable; and shutil (with zlib, bz2
+#: and lzma, 2.6 ms), which argparse imports for its help's width; and the GLSL compiler's
+#: binding (1.5 ms), which a load that compiles nothing never calls.
+WARM_RUN_NEEDS_NONE_OF = (
+    "uuid",
+    "secrets",
+    "difflib",
+    "asyncvk.cache._remote_store",
+    "shutil",
+    "asyncvk.shader._compiler",
+)
+
+
+def test_a_warm_run_to_its_first_result_imports_nothing_only_a_save_or_error_needs(
+    tmp_path: Path,
+) -> None:
+    model = MODELS / "squeezenet"
+    files = [model / "model.param", model / "model.bin", tmp_path / "c.vkcache"]
+    argv = [*map(str, files), str(model / "input.npy"), *WARM_RUN_NEEDS_NONE_OF]
+
+    def run() -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", WARM_RESULT, *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        )
+        return out.stdout.strip().splitlines()[-1]
+
+    run()  # makes the cache file
+    assert run() == "loaded []"

@@ -61,7 +61,7 @@ def load_cache(cache: PipelineCache, source: CacheSource) -> CacheLoadResult:
             return _note(cache, data)
         identity = cache.device.info.identity
         result, contents = decode_cache(
-            data, expected=identity, source_hashes=cache.registry.source_hashes()
+            data, expected=identity, source_hashes=cache.registry.source_hash_view()
         )
         if not result or contents is None:
             return _note(cache, result)
@@ -120,7 +120,7 @@ def merge_with_saved(cache: PipelineCache, existing: bytes | None) -> bytes:
         result, old = decode_cache(
             existing,
             expected=cache.device.info.identity,
-            source_hashes=cache.registry.source_hashes(),
+            source_hashes=cache.registry.source_hash_view(),
         )
         if result and old is not None:
             if old.driver_blob and cache.vk_cache is not None:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-#: Where a process that names no remote cache finds one.
-URL_VARIABLE = "ASYNCVK_REMOTE_CACHE"
+from ._remote_url import URL_VARIABLE as URL_VARIABLE
+from ._remote_url import configured_remote_url as configured_remote_url
+
 #: Scheme -> what ``open_store`` opens it with (documented in docs/cache-format.md).
 SCHEMES = ("redis", "rediss", "unix")
 #: Seven days: long enough for a fleet's restarts, short enough that old drivers' blobs go.
@@ -101,14 +102,6 @@ _KNOBS = {
     "max_value": (int, 1),
     "max_blobs": (int, 1),
 }
-
-
-def configured_remote_url(url: str | None) -> tuple[str, str]:
-    """The remote cache URL to use ("": none) and who gave it, for error messages: ``url``
-    itself, or ``ASYNCVK_REMOTE_CACHE`` when ``url`` is None."""
-    if url is None:
-        return os.environ.get(URL_VARIABLE) or "", URL_VARIABLE
-    return url, "remote cache"
 
 
 def without_password(url: str) -> str:

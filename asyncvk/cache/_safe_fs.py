@@ -15,7 +15,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 import time
 from collections.abc import Iterator
@@ -47,7 +46,7 @@ def expand_path(path: str | os.PathLike[str]) -> str:
 
 def random_token() -> str:
     """16 random hex digits: a name part nobody can predict (pids and counters can be)."""
-    return secrets.token_hex(8)
+    return os.urandom(8).hex()  # secrets.token_hex(8), without its imports (1.6 ms of a load's)
 
 
 def _kind(mode: int) -> str:

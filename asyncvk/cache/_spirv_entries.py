@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 from .._errors import CacheMissError, SpirvError
-from ..shader._compiler import TargetEnv, compile_glsl
 from ..shader._interface import declared_interface, interface_mismatch
 from ..shader._options import ShaderOptions, option_prelude, splice_prelude
 from ..shader._reflect import ShaderInfo, reflect_spirv
@@ -45,6 +44,9 @@ class SpirvEntries(CacheCore):
                     f"must-hit: shader {shader!r} (option bits {options.bits}) is not in the "
                     "cache and would be compiled"
                 )
+            # here: a load that compiles nothing (warm) never imports the compiler's binding
+            from ..shader._compiler import TargetEnv, compile_glsl
+
             source = self.registry.get(shader)
             text = splice_prelude(source.source, option_prelude(options))
             start = time.perf_counter()

@@ -23,7 +23,6 @@ from ..cache._safe_fs import expand_path
 from ..gpu._device import VulkanDevice, get_gpu_device
 from ..gpu._instance import get_gpu_count
 from ..layers._registry import layer_types
-from ..shader._compiler import prepare_compiler
 from ._cache_folder import ModelCacheFolder, ModelSource
 from ._extractor import Extractor as Extractor
 from ._gpu_model import GpuModel, Progress
@@ -86,6 +85,9 @@ class Net:
         self.cache_status: dict[str, Any] | None = None
         self._cache_folder: ModelCacheFolder | None = None
         self._fingerprint = ""
+        #: False when the caller attaches a loaded cache file after ``load_param`` and applies
+        #: the compiler rule itself then (``_runner.open_net``): a warm run needs no compiler.
+        self._compiler_at_load_param = True
         #: Saves the cache folder after load and whenever something new is built since.
         self._autosaver: AutoSaver | None = None
         self._pending_save: asyncio.Future[SaveResult | None] | None = None
@@ -106,7 +108,8 @@ class Net:
     async def load_param(self, source: str | os.PathLike[str] | bytes | IO[Any]) -> None:
         """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
         start = time.perf_counter()
-        self._prepare_compiler()
+        if self._compiler_at_load_param:
+            self._prepare_compiler()
         param_source = _read_source(source)
         param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)
@@ -205,6 +208,8 @@ class Net:
         cache = self.opt.pipeline_cache
         if cache is not None and cache.statistics().spirv_entries:
             return  # warm from a cache file: nothing to compile, most likely
+        from ..shader._compiler import prepare_compiler  # only a load that may compile needs it
+
         prepare_compiler()
 
     # -- the cache folder ----------------------------------------------------------------------
@@ -226,7 +231,7 @@ class Net:
     def _remote_tier(self) -> RemoteTier | None:
         """The remote tier ``Option.remote_cache`` names (ValueError for a malformed URL)."""
         if not self._remote_resolved:
-            from ..cache._remote_store import configured_remote_url  # stdlib only: no client
+            from ..cache._remote_url import configured_remote_url  # os only: no client
 
             if configured_remote_url(self.opt.remote_cache)[0]:
                 # imported only with a remote cache: start-up without one is unchanged

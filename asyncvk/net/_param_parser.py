@@ -20,7 +20,6 @@ are accepted (warned).
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 from collections.abc import Collection
@@ -370,6 +369,8 @@ class _Graph:
         if not self.unsupported:
             return
         assert self.known_types is not None  # only then is anything unsupported
+        import difflib  # here: only this error's hint needs it
+
         by_lower = {t.lower(): t for t in self.known_types}
         parts = []
         for kind, decls in self.unsupported.items():

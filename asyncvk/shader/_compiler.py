@@ -16,7 +16,7 @@ from typing import Any
 from .._errors import ShaderCompileError
 
 try:
-    from . import _shaderc_cffi  # type: ignore[attr-defined]  # built at install time
+    from . import _shaderc_cffi  # built at install time; Any to mypy (the package's __getattr__)
 except ImportError as exc:  # pragma: no cover - a broken install
     raise ImportError(
         "asyncvk's shaderc extension is missing: reinstall asyncvk with libshaderc-dev, "
