@@ -98,6 +98,10 @@ CASES: list[Case] = [
     Case("Convolution", "0=17 1=3 4=1 5=1 6=1377 9=1", [(9, 5, 37)], conv_weights(17, 9, 3)),
     Case("Convolution", "0=10 1=3 4=1 5=1 6=540 9=1", [(6, 7, 16)], conv_weights(10, 6, 3)),
     Case("Convolution", "0=16 1=1 3=2 5=0 6=64", [(4, 3, 67)], conv_weights(16, 4, 1, bias=False)),
+    # the tiled shader's per-tap loads (a row span of 8 x stride 4 is more loads than 3 taps),
+    # with padding on both sides, and for a padded 1x1 kernel
+    Case("Convolution", "0=6 1=3 3=4 4=1 5=1 6=216 9=1", [(4, 9, 21)], conv_weights(6, 4, 3)),
+    Case("Convolution", "0=9 1=1 4=1 5=1 6=45", [(5, 6, 7)], conv_weights(9, 5, 1)),
     # more than one 64 x 64 tile of the GEMM shader, taps not a multiple of its 16-tap step
     Case("Convolution", "0=70 1=3 4=1 5=1 6=12600 9=1", [(20, 12, 11)], conv_weights(70, 20, 3)),
     Case(
