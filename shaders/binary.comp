@@ -25,21 +25,7 @@ layout(push_constant) uniform Params {
 #include "std_minmax.h"
 #include "index.h"
 
-float apply(float x, float y) {
-    if (op == 0) return x + y;
-    if (op == 1) return x - y;
-    if (op == 2) return x * y;
-    if (op == 3) return x / y;
-    if (op == 4) return std_max(x, y);
-    if (op == 5) return std_min(x, y);
-    if (op == 6) return pow(x, y);
-    if (op == 7) return y - x;
-    if (op == 8) return y / x;
-    if (op == 9) return pow(y, x);
-    if (op == 10) return atan(x, y);
-    if (op == 11) return atan(y, x);
-    return x;
-}
+#include "binary_apply.h"
 
 void main() {
     int i = global_index_1d();

@@ -79,7 +79,8 @@ async def test_one_timing_per_dispatch_named_by_the_plans_layers(device: VulkanD
                 for i, seg in enumerate(segments):
                     assert seg.recorder is not None
                     timed = [d for d in profile.dispatches if d.segment == i]
-                    assert len(timed) == seg.recorder.dispatch_count > 0
+                    dispatches = [d for d in timed if d.shader != "vkCmdCopyBuffer"]
+                    assert len(dispatches) == seg.recorder.dispatch_count > 0
                 assert profile.barriers == sum(
                     s.recorder.barrier_count for s in segments if s.recorder
                 )

@@ -98,6 +98,10 @@ CASES: list[Case] = [
     Case("Convolution", "0=17 1=3 4=1 5=1 6=1377 9=1", [(9, 5, 37)], conv_weights(17, 9, 3)),
     Case("Convolution", "0=10 1=3 4=1 5=1 6=540 9=1", [(6, 7, 16)], conv_weights(10, 6, 3)),
     Case("Convolution", "0=16 1=1 3=2 5=0 6=64", [(4, 3, 67)], conv_weights(16, 4, 1, bias=False)),
+    # the tiled shader's per-tap loads (a row span of 8 x stride 4 is more loads than 3 taps),
+    # with padding on both sides, and for a padded 1x1 kernel
+    Case("Convolution", "0=6 1=3 3=4 4=1 5=1 6=216 9=1", [(4, 9, 21)], conv_weights(6, 4, 3)),
+    Case("Convolution", "0=9 1=1 4=1 5=1 6=45", [(5, 6, 7)], conv_weights(9, 5, 1)),
     # more than one 64 x 64 tile of the GEMM shader, taps not a multiple of its 16-tap step
     Case("Convolution", "0=70 1=3 4=1 5=1 6=12600 9=1", [(20, 12, 11)], conv_weights(70, 20, 3)),
     Case(
@@ -393,6 +397,77 @@ async def test_every_deconvolution_shader(
     plain = params.get("7", "1") != "1" or params.get("2", "1") != "1"
     assert shaders == {"deconvolution" if plain or not tiled else "deconvolution_tiled"}
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=2e-5)
+
+
+MOVE_CASES = [c for c in CASES if c.type in ("Concat", "BinaryOp", "Eltwise")] + [
+    Case("Concat", "0=-1", [(3, 30, 5), (3, 30, 2)]),  # 180 runs: past MOST_COPIES
+    Case("BinaryOp", "0=0", [(4, 1, 6), (4, 1, 6)]),  # a size-1 dim
+    Case("BinaryOp", "0=2", [(4, 5, 6), (1,)]),  # one value, broadcast: not the scalar
+]
+
+
+def _move_shader(case: Case, cpu_path: bool) -> set[str]:
+    """The shaders a plan should dispatch for ``case`` on the CPU-device or the GPU path."""
+    from asyncvk.layers import data_movement
+
+    shapes = case.inputs
+    if case.type == "Concat":
+        axis = int(case.params.split("=")[1]) % len(shapes[0])
+        runs = math.prod(shapes[0][:axis]) * len(shapes)
+        if cpu_path and runs <= data_movement.MOST_COPIES:
+            return {"vkCmdCopyBuffer"}
+        return {"concat" if len(shapes) <= 8 else "scatter"}
+    flat = case.type == "Eltwise" or " 1=1" in case.params or shapes[0] == shapes[1]
+    return {"binary_flat" if cpu_path and flat else "binary"}
+
+
+@pytest.mark.parametrize("cpu_path", [True, False], ids=["cpu-path", "gpu-path"])
+@pytest.mark.parametrize("case", MOVE_CASES, ids=[c.id for c in MOVE_CASES])
+async def test_concat_copies_and_flat_binary(
+    device: VulkanDevice, case: Case, cpu_path: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concat's buffer copies and binary_flat.comp (CPU devices) match the reference, and so do
+    concat.comp and binary.comp (GPUs), whichever device runs the tests."""
+    from asyncvk.layers import binary, data_movement
+
+    monkeypatch.setattr(data_movement, "CONCAT_COPIES", "always" if cpu_path else "never")
+    monkeypatch.setattr(binary, "FLAT_SHADER", "always" if cpu_path else "never")
+    param, weights = build(case)
+    inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
+    inputs = [np.abs(x) + 0.1 if case.positive else x for x in inputs]
+    expected, cpu_net = await _run(case, False, inputs, param, weights)
+    await cpu_net.aclose()
+    got, gpu_net = await _run(case, True, inputs, param, weights)
+    async with ProfilingExtractor(gpu_net) as ex:
+        for i, x in enumerate(inputs):
+            ex.input(f"in{i}", x)
+        await ex.extract("out0")
+        assert ex.profile is not None
+        shaders = {d.shader for d in ex.profile.dispatches}
+    await gpu_net.aclose()
+    assert shaders == _move_shader(case, cpu_path)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=2e-5)
+
+
+async def test_concat_copies_count_fp16_values(
+    device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fp16 storage a copy moves 2 bytes per value (a 4-byte count would overrun)."""
+    from asyncvk.layers import data_movement
+
+    monkeypatch.setattr(data_movement, "CONCAT_COPIES", "always")
+    case = Case("Concat", "0=1", [(3, 2, 5), (3, 3, 5), (3, 1, 5)])
+    param, weights = build(case)
+    inputs = [RNG.standard_normal(s).astype(np.float16).astype(np.float32) for s in case.inputs]
+    net = Net(Option(use_fp16_storage=True))
+    async with net:
+        await net.load_param(param)
+        await net.load_model(weights)
+        ex = net.create_extractor()
+        for i, x in enumerate(inputs):
+            ex.input(f"in{i}", x)
+        got = await ex.extract("out0")
+    np.testing.assert_array_equal(got, np.concatenate(inputs, axis=1))
 
 
 def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> None:

@@ -120,6 +120,11 @@ class RecordContext(Protocol):
         """Make earlier writes of this layer visible to its later dispatches."""
         ...
 
+    def copy(self, src: GpuBlob, src_start: int, dst: GpuBlob, dst_start: int, count: int) -> None:
+        """Copy ``count`` values from ``src[src_start:]`` to ``dst[dst_start:]`` (flat element
+        indexes) with a transfer command, not a dispatch."""
+        ...
+
 
 def blobs_and_weights(
     ctx: RecordContext,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..gpu._info import GpuInfo
 from ._base import BlobCount, Layer
 from ._geometry import shape4
 from ._gpu_api import (
@@ -178,6 +179,25 @@ def _affine_strides(grid: np.ndarray) -> tuple[int, int, int, int] | None:
     return (strides[0], strides[1], strides[2], strides[3])
 
 
+#: Where same-shaped (or scalar) operands run ``binary_flat.comp``: "cpu" devices, "always"
+#: (tests) or "never". A GPU keeps ``binary.comp``, whose index divisions it hides.
+FLAT_SHADER = "cpu"
+
+
+def flat_offered(info: GpuInfo) -> bool:
+    """Whether BinaryOp and Eltwise get ``binary_flat.comp`` on ``info``'s device."""
+    return FLAT_SHADER == "always" or (FLAT_SHADER == "cpu" and info.is_cpu)
+
+
+def _walks_flat(strides: tuple[int, int, int, int], shape: Shape) -> bool:
+    """Whether an operand with these strides over ``shape`` is read at the output's own index
+    (a size-1 dim's stride is never used)."""
+    dims = shape4(shape)
+    return all(
+        n == 1 or st == c for n, st, c in zip(dims, strides, _contiguous(shape), strict=True)
+    )
+
+
 def _contiguous(shape: Shape) -> tuple[int, int, int, int]:
     w, h, d, _c = shape4(shape)
     return (1, w, w * h, w * h * d)
@@ -220,7 +240,13 @@ class BinaryOp(Layer):
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         spec = (self.op_type, self.with_scalar, float(self.b), 1.0, 1.0)
-        return {"binary": PipelineSpec("binary", spec, local_size_1d(target.info))}
+        local = local_size_1d(target.info)
+        if not flat_offered(target.info):
+            return {"binary": PipelineSpec("binary", spec, local)}
+        specs = {"flat": PipelineSpec("binary_flat", spec, local)}
+        if not self.with_scalar:  # two operands may broadcast: that needs binary.comp
+            specs["binary"] = PipelineSpec("binary", spec, local)
+        return specs
 
     def _probe(self, shapes: list[Shape]) -> tuple[tuple[int, int, int, int], ...] | None:
         out = tuple(self.output_shapes(shapes)[0])
@@ -239,8 +265,12 @@ class BinaryOp(Layer):
             assert probed is not None
             strides = probed
             b = inputs[1]
-        push = pack_push("12i", *shape4(out.shape), *strides[0], *strides[1])
         groups = groups_1d(out.size, local_size_1d(ctx.info), ctx.info)
+        operands_flat = self.with_scalar or _walks_flat(strides[1], out.shape)
+        if ctx.has_pipeline("flat") and _walks_flat(strides[0], out.shape) and operands_flat:
+            ctx.dispatch("flat", [inputs[0], b, out], pack_push("i", out.size), groups)
+            return
+        push = pack_push("12i", *shape4(out.shape), *strides[0], *strides[1])
         ctx.dispatch("binary", [inputs[0], b, out], push, groups)
 
 
@@ -309,16 +339,20 @@ class Eltwise(Layer):
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         op, local = _ELTWISE_GPU_OPS[self.op_type], local_size_1d(target.info)
+        shader = "binary_flat" if flat_offered(target.info) else "binary"
         spec = (op, 0, 0.0, self._coeff(0), self._coeff(1))
-        specs = {"first": PipelineSpec("binary", spec, local)}
+        specs = {"first": PipelineSpec(shader, spec, local)}
         for i in range(2, max(len(self.bottoms), 2)):
-            specs[f"step{i}"] = PipelineSpec("binary", (op, 0, 0.0, 1.0, self._coeff(i)), local)
+            specs[f"step{i}"] = PipelineSpec(shader, (op, 0, 0.0, 1.0, self._coeff(i)), local)
         return specs
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         out = outputs[0]
         flat = _contiguous(out.shape)
-        push = pack_push("12i", *shape4(out.shape), *flat, *flat)
+        if flat_offered(ctx.info):  # same-shaped inputs: always flat
+            push = pack_push("i", out.size)
+        else:
+            push = pack_push("12i", *shape4(out.shape), *flat, *flat)
         groups = groups_1d(out.size, local_size_1d(ctx.info), ctx.info)
         ctx.dispatch("first", [inputs[0], inputs[1], out], push, groups)
         for i in range(2, len(inputs)):

@@ -4,10 +4,10 @@ PixelShuffle (Crop and Padding are in ``borders``, Reshape and Flatten in ``resh
 Each mirrors the ncnn layer of the same name (src/layer/*.cpp), including its parameter
 defaults. On the GPU, the copies run ``gather.comp`` over an index map computed once per plan
 by running the layer's own numpy reference on index arrays (:class:`GatherOnGpu`), so the GPU
-path has exactly the reference's semantics for every parameter form. Concat copies up to eight
-inputs in one ``concat.comp`` dispatch (a 950-layer RRDB has 240 Concats: one dispatch each
-instead of one per input), and falls back to ``scatter.comp`` with slabs of the output's index
-grid beyond that.
+path has exactly the reference's semantics for every parameter form. On a GPU, Concat copies up
+to eight inputs in one ``concat.comp`` dispatch (a 950-layer RRDB has 240 Concats: one dispatch
+each instead of one per input), and falls back to ``scatter.comp`` with slabs of the output's
+index grid beyond that. On a CPU device it records buffer copies (memcpy on lavapipe).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
 from ._base import BlobCount, Layer, ShareInputOnGpu
 from ._geometry import shape4
@@ -36,6 +37,10 @@ from ._schema import Param, ints
 _F32 = np.float32
 _EXACT = 1 << 22  # float32 holds k + 0.5 exactly below 2^23
 _CONCAT_MAX = 8  # input bindings of concat.comp
+#: Concat by buffer copies: "cpu" (CPU devices), "always" (tests) or "never"
+CONCAT_COPIES = "cpu"
+#: the most copies one Concat records (rows x inputs); past them, one dispatch
+MOST_COPIES = 64
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -150,12 +155,15 @@ class Concat(Layer):
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         out_shape = outputs[0].shape
         axis = self.axis % len(out_shape)
-        if len(inputs) > _CONCAT_MAX:
-            _scatter_slabs(ctx, inputs, outputs[0], axis)
-            return
         # rows = everything before the axis; each input owns a run of columns in every row
         rows = math.prod(out_shape[:axis])
         inner = math.prod(out_shape[axis + 1 :])
+        if copies_chosen(ctx.info, rows * len(inputs)):
+            _copy_runs(ctx, inputs, outputs[0], axis, rows, inner)
+            return
+        if len(inputs) > _CONCAT_MAX:
+            _scatter_slabs(ctx, inputs, outputs[0], axis)
+            return
         cols = [0]
         for blob in inputs:
             cols.append(cols[-1] + blob.shape[axis] * inner)
@@ -165,6 +173,30 @@ class Concat(Layer):
         push = pack_push("12i", rows, cols[len(inputs)], len(inputs), *cols)
         groups = groups_1d(outputs[0].size, local_size_1d(ctx.info), ctx.info)
         ctx.dispatch("concat", bufs, push, groups)
+
+
+def copies_chosen(info: GpuInfo, runs: int) -> bool:
+    """Whether a Concat of ``runs`` contiguous runs records buffer copies instead of a dispatch.
+
+    lavapipe runs a copy as a memcpy: rrdb's 240 channel Concats (24-48k values each) took
+    0.33-0.74 ms each as ``concat.comp`` dispatches (per-lane loads, an integer division and
+    an 8-way branch per value), 145 of 633 ms. A GPU keeps the one dispatch."""
+    if CONCAT_COPIES == "never" or runs > MOST_COPIES:
+        return False
+    return CONCAT_COPIES == "always" or info.is_cpu
+
+
+def _copy_runs(
+    ctx: RecordContext, inputs: list[GpuBlob], out: GpuBlob, axis: int, rows: int, inner: int
+) -> None:
+    """Each input's run of every row, copied to its place in the output's row."""
+    row_len = out.shape[axis] * inner
+    col = 0
+    for blob in inputs:
+        width = blob.shape[axis] * inner
+        for row in range(rows if width else 0):  # a copy of nothing is invalid Vulkan
+            ctx.copy(blob, row * width, out, row * row_len + col, width)
+        col += width
 
 
 def _scatter_slabs(ctx: RecordContext, inputs: list[GpuBlob], out: GpuBlob, axis: int) -> None:

@@ -4,7 +4,9 @@
 of their command buffers writes a GPU timestamp before and after every dispatch, and one at each
 end. After every ``extract``, ``profile`` says what each dispatch took on the GPU, labelled by
 layer name, layer type, pipeline and shader, with the barrier count and the whole command
-buffers' GPU time. The Net's own plans never carry a query, so profiling costs nothing when off.
+buffers' GPU time. A buffer copy a layer records instead of a dispatch (Concat on CPU devices)
+is timed too, as pipeline ``copy``, shader ``vkCmdCopyBuffer``, groups ``(0, 0, 0)``. The Net's
+own plans never carry a query, so profiling costs nothing when off.
 
 Both stamps of a dispatch wait for all earlier work (``BOTTOM_OF_PIPE``), so the intervals never
 overlap and sum to at most the command buffers' GPU time; what is left over is barriers, copies
@@ -40,7 +42,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class DispatchTiming:
-    """One vkCmdDispatch of one run: where it came from and its GPU time."""
+    """One vkCmdDispatch (or a layer's vkCmdCopyBuffer) of one run: where it came from and its
+    GPU time."""
 
     layer: str
     layer_type: str
@@ -118,6 +121,15 @@ class _TimedContext(PlanContext):
         end = queries.write(self._rec)
         shape = (int(groups[0]), int(groups[1]), int(groups[2]))
         self._stamps.dispatches.append((self._node, key, artifact.name, shape, begin, end))
+
+    def _copy_into(self, src: Buffer, dst: Buffer) -> None:
+        queries = self._stamps.queries
+        begin = queries.write(self._rec)
+        super()._copy_into(src, dst)
+        end = queries.write(self._rec)
+        self._stamps.dispatches.append(
+            (self._node, "copy", "vkCmdCopyBuffer", (0, 0, 0), begin, end)
+        )
 
 
 class ProfiledPlan(Plan):

@@ -72,3 +72,12 @@ class PlanContext:
 
     def barrier(self) -> None:
         self._rec.barrier()
+
+    def copy(self, src: GpuBlob, src_start: int, dst: GpuBlob, dst_start: int, count: int) -> None:
+        size = self._plan.dtype.itemsize
+        source = src.buffer.sub(src_start * size, count * size)
+        self._copy_into(source, dst.buffer.sub(dst_start * size, count * size))
+
+    def _copy_into(self, src: Buffer, dst: Buffer) -> None:
+        """Record one buffer copy for the layer (a profiling plan times it)."""
+        self._rec.copy(src, dst)

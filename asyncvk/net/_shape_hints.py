@@ -182,6 +182,9 @@ class _CaptureContext:
     def barrier(self) -> None:
         pass
 
+    def copy(self, src: Any, src_start: int, dst: Any, dst_start: int, count: int) -> None:
+        pass  # a copy has no pipeline to bake
+
 
 def capture_dispatches(
     layer: GpuLayer, info: GpuInfo, inputs: Sequence[Shape], outputs: Sequence[Shape]
