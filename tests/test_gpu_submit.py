@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -155,16 +156,18 @@ async def _open_after_ticks(gate: HostGate, ticks: int) -> None:
     gate.open("the loop")
 
 
-async def test_a_short_run_is_polled_from_the_loop(
-    device: VulkanDevice, gate: HostGate, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A buffer whose last run was short is polled from the event loop, not waited for on a
-    thread: the loop keeps running (it is a coroutine that lets the GPU finish), no blocking
-    wait happens, the fence goes back to the free list and the run's time is recorded."""
-    monkeypatch.setattr(_device, "POLL_MAX_S", 2 * RESCUE_S)
-    waits = _CountedWaits(device, monkeypatch)
+def _gated_run(device: VulkanDevice, last: float | None) -> tuple[HostGate, CommandRecorder]:
+    gate = HostGate(device)
     rec = gate.recorder()
-    rec.last_run_s = RESCUE_S  # polled for up to twice this
+    rec.last_run_s = last
+    return gate, rec
+
+
+async def _run_opened_by_the_loop(
+    device: VulkanDevice, gate: HostGate, rec: CommandRecorder
+) -> None:
+    """``device.run(rec)`` while a coroutine opens the gate after a few loop turns (a rescue
+    thread opens it if the loop is held); the gate and recorder are freed after."""
     rescue = threading.Timer(RESCUE_S, gate.open, args=("the rescue thread",))
     rescue.start()
     try:
@@ -173,35 +176,46 @@ async def test_a_short_run_is_polled_from_the_loop(
         await opener
     finally:
         rescue.cancel()
+        lib.vkDeviceWaitIdle(device.handle)
         rec.release()
+        gate.destroy()
     assert gate.opened_by[0] == "the loop", gate.opened_by
-    assert waits.calls == 0
-    assert waits.fences[0] in device._free_fences  # reset and back for the next submit
-    assert rec.last_run_s is not None and rec.last_run_s < RESCUE_S
 
 
-async def test_a_run_with_no_short_last_run_waits_on_a_thread(
-    device: VulkanDevice, gate: HostGate, monkeypatch: pytest.MonkeyPatch
+async def test_a_run_is_polled_from_the_loop(
+    device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A first run (no last time), a long one, or a poll that runs out: the wait goes to a
-    thread, once, and the loop still runs meanwhile."""
+    """A buffer run before is polled from the event loop, not waited for on a thread, whether
+    its last run was short (polled at once) or long (the loop sleeps first): the loop keeps
+    running, no blocking wait happens, the fence is recycled and the run's time recorded."""
+    monkeypatch.setattr(device, "poll_fences", True)
+    monkeypatch.setattr(_device, "POLL_MAX_S", RESCUE_S)  # a poll that cannot run out
     waits = _CountedWaits(device, monkeypatch)
-    for last in (None, 10 * _device.POLL_MAX_S, 1e-9):
-        gate = HostGate(device)
-        rec = gate.recorder()
-        rec.last_run_s = last
-        rescue = threading.Timer(RESCUE_S, gate.open, args=("the rescue thread",))
-        rescue.start()
-        try:
-            opener = asyncio.create_task(_open_after_ticks(gate, 5))
-            await device.run(rec)
-            await opener
-        finally:
-            rescue.cancel()
-            lib.vkDeviceWaitIdle(device.handle)
-            rec.release()
-            gate.destroy()
-        assert gate.opened_by[0] == "the loop", (last, gate.opened_by)
+    for last in (1e-6, RESCUE_S + 0.04):  # short; long: 40 ms asleep before the poll
+        gate, rec = _gated_run(device, last)
+        start = time.perf_counter()
+        await _run_opened_by_the_loop(device, gate, rec)
+        took = time.perf_counter() - start
+        assert waits.calls == 0
+        assert waits.fences[-1] in device._free_fences  # reset, back for the next submit
+        assert rec.last_run_s is not None and rec.last_run_s <= took
+        if last > RESCUE_S:
+            assert took >= last - RESCUE_S  # it slept until near the expected end
+
+
+async def test_a_run_waits_on_a_thread_when_not_polled(
+    device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run (no last time), a poll that runs out, and a device that does not poll (a
+    CPU device's default): the wait goes to a thread, once each, and the loop still runs."""
+    waits = _CountedWaits(device, monkeypatch)
+    assert device.poll_fences is not device.info.is_cpu
+    monkeypatch.setattr(device, "poll_fences", True)
+    await _run_opened_by_the_loop(device, *_gated_run(device, None))
+    monkeypatch.setattr(_device, "POLL_MAX_S", 0.0)
+    await _run_opened_by_the_loop(device, *_gated_run(device, 1e-9))  # out before the gate opens
+    monkeypatch.setattr(device, "poll_fences", False)
+    await _run_opened_by_the_loop(device, *_gated_run(device, 1e-6))
     assert waits.calls == 3
 
 
@@ -210,9 +224,10 @@ async def test_a_run_cancelled_while_polling_waits_for_the_gpu(
 ) -> None:
     """Cancelling a polled run does not abandon a fence the GPU may still signal: the
     cancellation is raised only once the submission is done, and the fence is recycled."""
-    monkeypatch.setattr(_device, "POLL_MAX_S", 2 * RESCUE_S)
+    monkeypatch.setattr(device, "poll_fences", True)
+    monkeypatch.setattr(_device, "POLL_MAX_S", RESCUE_S)
     rec = gate.recorder()
-    rec.last_run_s = RESCUE_S
+    rec.last_run_s = 1e-6
     waits = _CountedWaits(device, monkeypatch)
     rescue = threading.Timer(RESCUE_S, gate.open, args=("the rescue thread",))
     rescue.start()

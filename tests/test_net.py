@@ -116,6 +116,18 @@ async def test_a_short_cpu_layer_runs_on_the_loop_after_its_first_run(
         assert loop_thread not in threads
 
 
+def test_a_cpu_layer_near_the_inline_bound_does_not_switch_each_run() -> None:
+    """Inline from at most the bound, back on a worker only past twice it."""
+    step = _plan._CpuStep(node=None)  # type: ignore[arg-type]  # the rule reads no node
+    bound = _plan.INLINE_CPU_MAX_S
+    assert not step.choose_inline()  # never run: unknown
+    for last, inline in [(1.5, False), (0.9, True), (1.5, True), (1.9, True), (2.1, False)]:
+        step.last_run_s = last * bound
+        assert step.choose_inline() is inline, last
+    step.last_run_s = 1.5 * bound
+    assert not step.choose_inline()  # from a worker, 1.5x the bound stays there
+
+
 async def test_plan_reuses_memory_and_replays_without_recording(device: VulkanDevice) -> None:
     async with await _load() as net:
         x = RNG.standard_normal((3, 16, 16)).astype(np.float32)

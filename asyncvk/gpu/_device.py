@@ -35,8 +35,8 @@ ffi = _vk.ffi
 #: How long one fence wait may take before GpuTimeoutError (ASYNCVK_FENCE_TIMEOUT_S overrides).
 #: Generous: a large model on a busy software rasteriser can run one segment for minutes.
 DEFAULT_FENCE_TIMEOUT_S = 600.0
-#: Buffers whose last run took at most this long are polled from the event loop, not waited
-#: for on a thread (see :meth:`VulkanDevice.run`).
+#: How long before a run's expected end :meth:`VulkanDevice.run` starts polling its fence from
+#: the event loop, and how long past it the poll goes on before a thread takes the wait over.
 POLL_MAX_S = 0.002
 
 
@@ -82,6 +82,9 @@ class VulkanDevice:
         self._abandoned_fences: list[Any] = []
         #: Seconds a fence wait may take before GpuTimeoutError.
         self.fence_timeout_s = fence_timeout_from_env()
+        #: Whether :meth:`run` polls fences from the event loop. Not on a CPU device, whose
+        #: "GPU" work runs on the same cores the poll would keep busy.
+        self.poll_fences = not self.info.is_cpu
         self.submissions = 0
         self.closed = False
 
@@ -294,11 +297,12 @@ class VulkanDevice:
     async def run(self, recorder: CommandRecorder) -> None:
         """Submit and await completion without blocking the event loop.
 
-        A buffer whose last run took at most :data:`POLL_MAX_S` is polled from the event loop
-        (its fence status checked between other tasks' steps) for up to twice that time; any
-        other wait, or one that outlasts the poll, goes to a fence-wait thread. On the H100 the
-        thread hop and the driver's wake-up cost a sub-millisecond model 0.1-0.25 ms of its
-        0.7-1.1 ms (``results/fence_poll_h100.json``); polling spends that time on the CPU.
+        With :attr:`poll_fences`, a command buffer run before is expected to take as long as
+        its last run: the event loop sleeps until :data:`POLL_MAX_S` before that, then polls the
+        fence (other tasks run between the checks) until :data:`POLL_MAX_S` after it; a first
+        run, or one that outlasts the poll, is waited for on a fence-wait thread. On the H100
+        the hop to that thread and back cost a sub-millisecond model 0.1-0.25 ms of its 0.6-1.1
+        ms, and the process-to-process spread of its median (``results/fence_poll_h100.json``).
         """
         import asyncio
 
@@ -306,9 +310,11 @@ class VulkanDevice:
         last = recorder.last_run_s
         fence = self.submit(recorder)
         signalled = False
-        if last is not None and last <= POLL_MAX_S:
+        if last is not None and self.poll_fences:
             try:
-                signalled = await self._poll(fence, start + 2 * last)
+                if last > POLL_MAX_S:
+                    await asyncio.sleep(last - POLL_MAX_S)
+                signalled = await self._poll(fence, start + last + POLL_MAX_S)
             except asyncio.CancelledError:
                 # never abandon a fence the GPU may still signal: its buffers are in use
                 await outlive(run_sync(self.wait, fence, fence_wait=True))

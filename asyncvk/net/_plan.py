@@ -49,9 +49,10 @@ class _Segment:
     recorder: CommandRecorder | None = None
 
 
-#: A CPU layer whose last run took at most this long runs on the event loop's thread: a hop to
-#: a worker and back cost more than that on the H100 (0.1-0.25 ms, ``results/fence_poll_h100
-#: .json``); longer ones go to a worker so the loop is never held longer.
+#: A CPU layer whose last run took at most this long runs on the event loop's thread: the hop
+#: to a worker and back cost 0.1-0.25 ms on the H100 (``results/fence_poll_h100.json``); longer
+#: ones go to a worker, so the loop is not held longer. One that runs inline stays inline up to
+#: twice the bound, so a layer near it does not switch from run to run.
 INLINE_CPU_MAX_S = 0.001
 
 
@@ -60,6 +61,14 @@ class _CpuStep:
     node: GraphNode
     #: Seconds the layer's last run took (None before one).
     last_run_s: float | None = None
+    #: Whether its last run was on the event loop's thread.
+    inline: bool = False
+
+    def choose_inline(self) -> bool:
+        """Whether the next run goes on the event loop's thread (see INLINE_CPU_MAX_S)."""
+        limit = 2 * INLINE_CPU_MAX_S if self.inline else INLINE_CPU_MAX_S
+        self.inline = self.last_run_s is not None and self.last_run_s <= limit
+        return self.inline
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         start = time.perf_counter()
@@ -284,8 +293,7 @@ class Plan:
             else:
                 node = step.node
                 args = [host[b] for b in node.bottoms]
-                last = step.last_run_s
-                if last is not None and last <= INLINE_CPU_MAX_S:
+                if step.choose_inline():
                     outs = step.run(args)
                 else:
                     outs = await run_sync(step.run, args)
