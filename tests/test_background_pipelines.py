@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from test_layers_gpu import CASES, Case, build
 
-from asyncvk.cache import _spirv_entries
 from asyncvk.layers import _conv_shaders
 from asyncvk.net._dispatch_profile import ProfilingExtractor
 from asyncvk.net._net import Net
+from asyncvk.shader import _compiler
 
 RNG = np.random.default_rng(5)
 CASE: Case = next(c for c in CASES if c.params.startswith("0=70 "))  # splits its taps too
@@ -28,14 +28,14 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
     monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")  # lavapipe's own choice
     opened = threading.Event()
-    compile_glsl = _spirv_entries.compile_glsl
+    compile_glsl = _compiler.compile_glsl  # imported by the cache where it compiles
 
     def held_back(text: str, name: str, **kwargs: Any) -> bytes:
         if name.startswith("convolution_gemm"):  # the background builds wait for the test
             assert opened.wait(120)
         return compile_glsl(text, name, **kwargs)
 
-    monkeypatch.setattr(_spirv_entries, "compile_glsl", held_back)
+    monkeypatch.setattr(_compiler, "compile_glsl", held_back)
     yield opened
     opened.set()
 

@@ -66,11 +66,17 @@ async def both_paths(
 
 
 def assert_same_rows(ours: np.ndarray, theirs: np.ndarray, exact: bool) -> None:
-    """Same rows in the same order: bit for bit, or (YoloDetectionOutput, whose softmax ncnn
-    approximates) labels equal and values within float32 rounding."""
+    """Same rows in the same order: labels equal and scores and box corners within two ulps
+    of 1.0 (``exact``), or (YoloDetectionOutput, whose softmax ncnn approximates) labels equal and
+    values within float32 rounding.
+
+    Not bit for bit: the wheel runs its AVX-512 build of the layer on CPUs that have it, where
+    the compiler fuses the score and box arithmetic into FMAs (1-2 ulps apart, seen on an AMD
+    EPYC, 2026-11-26); its plain x86-64 build matched asyncvk bit for bit."""
     assert ours.shape == theirs.shape, f"shape {ours.shape}, ncnn {theirs.shape}"
     if exact:
-        np.testing.assert_array_equal(ours, theirs)
+        np.testing.assert_array_equal(ours[:, 0], theirs[:, 0])
+        np.testing.assert_allclose(ours[:, 1:], theirs[:, 1:], rtol=0, atol=2 * 2**-23)
     else:
         np.testing.assert_array_equal(ours[:, 0], theirs[:, 0])
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
