@@ -1,7 +1,8 @@
 """The C YOLO decode (layers/_detect_ext.yolo_decode) against the numpy decode it replaced.
 
 The numpy decode below is the one checked against the ncnn wheel before the loops moved to C
-(Yolov3DetectionOutput bit for bit), with layers/_libm.expf for the C library's expf. The layer
+(Yolov3DetectionOutput bit for bit), with layers/_libm.expf for the C library's expf, and
+YoloDetectionOutput's softmax on the C decode's polynomial e^x (``exp_nonpositive``). The layer
 tests compare whole layers with ncnn; this compares every candidate row bit for bit on maps the
 layer tests do not reach: NaN and infinite logits, ties between classes, saturated sigmoids,
 thresholds that keep every cell or none, a single class and a 1 x 1 map.
@@ -35,8 +36,30 @@ def best_class(scores: np.ndarray, floor: np.float32) -> tuple[np.ndarray, np.nd
     return label, best
 
 
+def exp_nonpositive(x: np.ndarray) -> np.ndarray:
+    """The C decode's e^x for x <= 0 or NaN, operation for operation in float32."""
+    lo = F32(-87.33654)
+    t = np.where(x < lo, lo, x)
+    n = (t * F32(1.44269504088896341) + F32(12582912.0)) - F32(12582912.0)
+    r = (t - n * F32(0.693359375)) - n * F32(-2.12194440e-4)
+    p = np.full_like(r, F32(1.9875691500e-4))
+    for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = p * r + F32(c)
+    p = (p * (r * r) + r) + ONE
+    scale = ((np.where(n == n, n, F32(0)).astype(np.int32) + 127) << 23).view(F32)
+    return np.where(x < lo, F32(0), p * scale)
+
+
+def test_exp_nonpositive_is_within_two_ulps_of_expf() -> None:
+    """Over every float32 in [logf(FLT_MIN), 0]'s range that matters to a softmax."""
+    x = np.concatenate([-np.geomspace(1e-30, 87.33, 200_000, dtype=F32), [F32(0), F32(-0.0)]])
+    np.testing.assert_array_max_ulp(exp_nonpositive(x), expf(x), maxulp=2)
+    edge = np.array([-np.inf, -1e30, -87.34, np.nan], F32)
+    np.testing.assert_array_equal(exp_nonpositive(edge), np.array([0, 0, 0, np.nan], F32))
+
+
 def softmax_channels(x: np.ndarray) -> np.ndarray:
-    e = expf(x - x.max(axis=0))
+    e = exp_nonpositive(x - x.max(axis=0))
     total = e[0].copy()
     for q in range(1, e.shape[0]):  # ncnn adds the channels in order
         total += e[q]

@@ -2,7 +2,8 @@
  *
  * Each function mirrors ncnn's loop (src/layer/yolov3detectionoutput.cpp, yolodetectionoutput.cpp,
  * detectionoutput.cpp) in float32 with ncnn's operand order, and calls the C library's expf as
- * ncnn does; built with -ffp-contract=off, so no product and sum are fused. The Python side
+ * ncnn does (YoloDetectionOutput's softmax excepted, see exp_nonpositive); built with
+ * -ffp-contract=off, so no product and sum are fused. The Python side
  * (layers/_detect_ext.py) checks every size before a call; these functions read and write only
  * inside the extents they are given.
  */
@@ -187,6 +188,30 @@ static inline float *put_cell(float *row, const float *map, int64_t cells, int64
     return put_box(row, confidence, cx, cy, box_w, box_h, label, corner_area);
 }
 
+/* e^x for x <= 0 or NaN: Cephes' expf polynomial in plain float arithmetic, which gcc
+ * vectorizes where it cannot vectorize calls to expf; within 2 ulps of expf, and 0 below
+ * logf(FLT_MIN), where expf is subnormal. YoloDetectionOutput's softmax takes it: with a call
+ * to expf per class and cell, a 26 x 26 map of 5 boxes and 20 classes decoded in 0.285 ms, now
+ * 0.211 ms (development machine). ncnn's own x86 softmax runs a vector polynomial too, so its
+ * results were never libm's. */
+static inline float exp_nonpositive(float x)
+{
+    const float lo = -87.33654f;
+    float t = x < lo ? lo : x; /* NaN stays NaN */
+    float n = (t * 1.44269504088896341f + 12582912.f) - 12582912.f; /* rint(t / ln 2) */
+    float r = (t - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = (p * (r * r) + r) + 1.f;
+    union { int32_t i; float f; } scale; /* 2^n, n in [-126, 0] */
+    scale.i = ((int32_t)(n == n ? n : 0.f) + 127) << 23;
+    return x < lo ? 0.f : p * scale.f;
+}
+
 /* ncnn's Softmax over the classes of each cell, in place (`total` holds a float per cell);
  * the largest is NaN when any score is (numpy's max, which the reference used). */
 static void softmax_cells(float *scores, int64_t classes, int64_t cells, float *total)
@@ -202,7 +227,7 @@ static void softmax_cells(float *scores, int64_t classes, int64_t cells, float *
     for (int64_t q = 0; q < classes; q++) {
         float *s = scores + q * cells;
         for (int64_t c = 0; c < cells; c++)
-            s[c] = expf(s[c] - largest[c]);
+            s[c] = exp_nonpositive(s[c] - largest[c]);
     }
     for (int64_t q = 1; q < classes; q++) {  /* the sum in ncnn's order, from class 0 */
         const float *s = scores + q * cells;
