@@ -156,10 +156,12 @@ async def _open_after_ticks(gate: HostGate, ticks: int) -> None:
     gate.open("the loop")
 
 
-def _gated_run(device: VulkanDevice, last: float | None) -> tuple[HostGate, CommandRecorder]:
+def _gated_run(device: VulkanDevice, *run_times: float) -> tuple[HostGate, CommandRecorder]:
+    """A gate and a recorder that waits on it, as if its earlier runs took ``run_times``."""
     gate = HostGate(device)
     rec = gate.recorder()
-    rec.last_run_s = last
+    for seconds in run_times:
+        rec.note_run(seconds)
     return gate, rec
 
 
@@ -185,38 +187,44 @@ async def _run_opened_by_the_loop(
 async def test_a_run_is_polled_from_the_loop(
     device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A buffer run before is polled from the event loop, not waited for on a thread, whether
-    its last run was short (polled at once) or long (the loop sleeps first): the loop keeps
-    running, no blocking wait happens, the fence is recycled and the run's time recorded."""
+    """A buffer run twice before is polled from the event loop, not waited for on a thread,
+    whether its runs were short (polled at once) or long (the loop sleeps first, as long as the
+    shorter run less POLL_MAX_S): the loop keeps running, no blocking wait happens, the fence
+    is recycled and the run's time is kept."""
     monkeypatch.setattr(device, "poll_fences", True)
     monkeypatch.setattr(_device, "POLL_MAX_S", RESCUE_S)  # a poll that cannot run out
     waits = _CountedWaits(device, monkeypatch)
-    for last in (1e-6, RESCUE_S + 0.04):  # short; long: 40 ms asleep before the poll
-        gate, rec = _gated_run(device, last)
+    # short; long: 40 ms asleep before the poll (the shorter run; the longer would be 5 s)
+    for earlier in ((1e-6, 1e-6), (RESCUE_S + 5.0, RESCUE_S + 0.04)):
+        gate, rec = _gated_run(device, *earlier)
         start = time.perf_counter()
         await _run_opened_by_the_loop(device, gate, rec)
         took = time.perf_counter() - start
         assert waits.calls == 0
         assert waits.fences[-1] in device._free_fences  # reset, back for the next submit
-        assert rec.last_run_s is not None and rec.last_run_s <= took
-        if last > RESCUE_S:
-            assert took >= last - RESCUE_S  # it slept until near the expected end
+        assert rec.run_times[0] == earlier[1] and rec.run_times[1] <= took
+        if min(earlier) > RESCUE_S:
+            assert 0.04 <= took < 2.5  # asleep until near the shorter run's end only
 
 
 async def test_a_run_waits_on_a_thread_when_not_polled(
     device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A first run (no last time), a poll that runs out, and a device that does not poll (a
-    CPU device's default): the wait goes to a thread, once each, and the loop still runs."""
+    """A first run, a second (one slow first run, as a first dispatch can be, must not make it
+    sleep), a poll that runs out, and a device that does not poll (a CPU device's default):
+    the wait goes to a thread, once each, and the loop still runs."""
     waits = _CountedWaits(device, monkeypatch)
     assert device.poll_fences is not device.info.is_cpu
     monkeypatch.setattr(device, "poll_fences", True)
-    await _run_opened_by_the_loop(device, *_gated_run(device, None))
+    await _run_opened_by_the_loop(device, *_gated_run(device))
+    start = time.perf_counter()
+    await _run_opened_by_the_loop(device, *_gated_run(device, RESCUE_S))
+    assert time.perf_counter() - start < RESCUE_S / 2  # no sleep on one sample
     monkeypatch.setattr(_device, "POLL_MAX_S", 0.0)
-    await _run_opened_by_the_loop(device, *_gated_run(device, 1e-9))  # out before the gate opens
+    await _run_opened_by_the_loop(device, *_gated_run(device, 1e-9, 1e-9))  # out at once
     monkeypatch.setattr(device, "poll_fences", False)
-    await _run_opened_by_the_loop(device, *_gated_run(device, 1e-6))
-    assert waits.calls == 3
+    await _run_opened_by_the_loop(device, *_gated_run(device, 1e-6, 1e-6))
+    assert waits.calls == 4
 
 
 async def test_a_run_cancelled_while_polling_waits_for_the_gpu(
@@ -227,7 +235,8 @@ async def test_a_run_cancelled_while_polling_waits_for_the_gpu(
     monkeypatch.setattr(device, "poll_fences", True)
     monkeypatch.setattr(_device, "POLL_MAX_S", RESCUE_S)
     rec = gate.recorder()
-    rec.last_run_s = 1e-6
+    rec.note_run(1e-6)
+    rec.note_run(1e-6)
     waits = _CountedWaits(device, monkeypatch)
     rescue = threading.Timer(RESCUE_S, gate.open, args=("the rescue thread",))
     rescue.start()

@@ -85,13 +85,22 @@ class CommandRecorder:
         self.finished = False
         self.dispatch_count = 0
         self.barrier_count = 0
-        #: Seconds from submit to the host seeing the fence of this buffer's last run (None
-        #: before one): how long :meth:`VulkanDevice.run` polls before handing the wait to a
-        #: thread.
-        self.last_run_s: float | None = None
+        #: Seconds from submit to the host seeing the fence, for this buffer's last two runs
+        #: (oldest first): what :meth:`VulkanDevice.run` expects the next run to take.
+        self.run_times: tuple[float, ...] = ()
         #: maxComputeWorkGroupCount: a dispatch over it is undefined behaviour, never recorded.
         self._max_groups = tuple(device.info.limits.max_compute_workgroup_count)
         self._released = False
+
+    def note_run(self, seconds: float) -> None:
+        """Keep a run's time (see :attr:`run_times`)."""
+        self.run_times = (*self.run_times, seconds)[-2:]
+
+    @property
+    def expected_run_s(self) -> float | None:
+        """The shorter of the last two runs, None before two: one slow run (a first dispatch,
+        a busy GPU) does not make the next wait sleep past its end."""
+        return min(self.run_times) if len(self.run_times) == 2 else None
 
     def _descriptor_set(self, set_layout: Any) -> Any:
         if self._sets_left == 0:

@@ -297,31 +297,32 @@ class VulkanDevice:
     async def run(self, recorder: CommandRecorder) -> None:
         """Submit and await completion without blocking the event loop.
 
-        With :attr:`poll_fences`, a command buffer run before is expected to take as long as
-        its last run: the event loop sleeps until :data:`POLL_MAX_S` before that, then polls the
-        fence (other tasks run between the checks) until :data:`POLL_MAX_S` after it; a first
-        run, or one that outlasts the poll, is waited for on a fence-wait thread. On the H100
+        With :attr:`poll_fences`, a command buffer run twice before is expected to take as long
+        as the shorter of those runs: the event loop sleeps until :data:`POLL_MAX_S` before
+        that, then polls the fence (other tasks run between the checks) until :data:`POLL_MAX_S`
+        after it; the first two runs, or one that outlasts the poll, are waited for on a
+        fence-wait thread. On the H100
         the hop to that thread and back cost a sub-millisecond model 0.1-0.25 ms of its 0.6-1.1
         ms, and the process-to-process spread of its median (``results/fence_poll_h100.json``).
         """
         import asyncio
 
         start = time.perf_counter()
-        last = recorder.last_run_s
+        expected = recorder.expected_run_s
         fence = self.submit(recorder)
         signalled = False
-        if last is not None and self.poll_fences:
+        if expected is not None and self.poll_fences:
             try:
-                if last > POLL_MAX_S:
-                    await asyncio.sleep(last - POLL_MAX_S)
-                signalled = await self._poll(fence, start + last + POLL_MAX_S)
+                if expected > POLL_MAX_S:
+                    await asyncio.sleep(expected - POLL_MAX_S)
+                signalled = await self._poll(fence, start + expected + POLL_MAX_S)
             except asyncio.CancelledError:
                 # never abandon a fence the GPU may still signal: its buffers are in use
                 await outlive(run_sync(self.wait, fence, fence_wait=True))
                 raise
         if not signalled:
             await run_sync(self.wait, fence, fence_wait=True)
-        recorder.last_run_s = time.perf_counter() - start
+        recorder.note_run(time.perf_counter() - start)
 
     async def _poll(self, fence: Any, deadline: float) -> bool:
         """Whether ``fence`` signalled before ``deadline`` (then it is recycled), checking it
