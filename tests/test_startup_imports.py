@@ -10,9 +10,14 @@ from pathlib import Path
 MODELS = Path(__file__).parent / "models"
 
 
-def _fresh(script: str) -> str:
+def _fresh(script: str, *args: str) -> str:
+    """The last line ``script`` prints, run with ``args`` in a fresh interpreter."""
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     return out.stdout.strip().splitlines()[-1]
 
@@ -142,21 +147,10 @@ def test_a_warm_run_sets_up_the_compiler_only_when_its_file_held_no_spirv(
     model = MODELS / "squeezenet"
     cache = tmp_path / "c.vkcache"
     args = [str(model / "model.param"), str(model / "model.bin"), str(cache)]
-
-    def run() -> str:
-        out = subprocess.run(
-            [sys.executable, "-c", WARM_OPEN, *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-        )
-        return out.stdout.strip().splitlines()[-1]
-
-    assert run().endswith("True")  # no file: a cold run
-    assert run() == "loaded False"
+    assert _fresh(WARM_OPEN, *args).endswith("True")  # no file: a cold run
+    assert _fresh(WARM_OPEN, *args) == "loaded False"
     cache.write_bytes(b"not a cache file")
-    reason, started = run().rsplit(" ", 1)
+    reason, started = _fresh(WARM_OPEN, *args).rsplit(" ", 1)
     assert reason != "loaded" and started == "True"
 
 
@@ -199,16 +193,5 @@ def test_a_warm_run_to_its_first_result_imports_nothing_only_a_save_or_error_nee
     model = MODELS / "squeezenet"
     files = [model / "model.param", model / "model.bin", tmp_path / "c.vkcache"]
     argv = [*map(str, files), str(model / "input.npy"), *WARM_RUN_NEEDS_NONE_OF]
-
-    def run() -> str:
-        out = subprocess.run(
-            [sys.executable, "-c", WARM_RESULT, *argv],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=True,
-        )
-        return out.stdout.strip().splitlines()[-1]
-
-    run()  # makes the cache file
-    assert run() == "loaded []"
+    _fresh(WARM_RESULT, *argv)  # makes the cache file
+    assert _fresh(WARM_RESULT, *argv) == "loaded []"
