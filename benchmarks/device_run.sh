@@ -46,9 +46,10 @@ for what in "$@"; do
     coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_h100.json" ;;
     shapehints) python3 benchmarks/shape_hints.py --out "$OUT/shape_hints_h100.json" 2>&1 | tail -3 ;;
     remotecache)  # .redisdeb/: redis-server's debs (apt-get download redis-server redis-tools
-      # libjemalloc2 liblzf1 libatomic1) and the redis wheel (pip download --no-deps redis)
+      # libjemalloc2 liblzf1 libatomic1) and the redis and hiredis wheels (pip download --no-deps
+      # redis hiredis, the latter for the device's Python)
       mkdir -p /tmp/redis && for f in .redisdeb/*.deb; do dpkg -x "$f" /tmp/redis; done
-      python3 -m pip install -q --no-index --no-deps --target /tmp/site .redisdeb/redis-*.whl
+      python3 -m pip install -q --no-index --no-deps --target /tmp/site .redisdeb/*.whl
       # compiled now: PYTHONDONTWRITEBYTECODE would recompile an uncompiled wheel at every import
       python3 -m compileall -q -j 0 /tmp/site >/dev/null 2>&1
       python3 benchmarks/remote_cache.py --runs "${RUNS:-5}" --models "${MODELS:-cunet,squeezenet,mobilenetv2,resnet18}" \

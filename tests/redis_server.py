@@ -26,7 +26,8 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process: no persistence, loopback only, in its own folder."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *extra: str, password: str | None = None) -> None:
+        """``extra``: more of redis-server's options; ``password``: its ``requirepass``."""
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail(
@@ -35,6 +36,8 @@ class RedisServer:
             )
         self.binary = binary
         self.folder = folder
+        self.password = password
+        self.extra = [*extra, *(("--requirepass", password) if password else ())]
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.start()
@@ -57,6 +60,7 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(self.folder),
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -72,9 +76,9 @@ class RedisServer:
                     raise RuntimeError(f"redis-server did not start on port {self.port}") from None
                 time.sleep(0.02)
 
-    def client(self) -> redis.Redis:
+    def client(self, db: int = 0) -> redis.Redis:
         """A plain synchronous client, for a test to look at or alter what is stored."""
-        return redis.Redis(host="127.0.0.1", port=self.port, db=0)
+        return redis.Redis(host="127.0.0.1", port=self.port, db=db, password=self.password)
 
     def stop(self) -> None:
         """Kill the server at once (SIGKILL): connections break mid-stream."""

@@ -99,11 +99,11 @@ def test_a_second_machine_starts_warm_from_redis(server: RedisServer, tmp_path: 
     assert first["spirv_compiled"] > 0
     assert first["remote_cache"]["pushed"] > 0 and first["remote_cache"]["on"]
     # a second machine: a fresh process and an empty local folder. It reads the store on one
-    # connection, after one probe (the early import's; the tier does not probe again)
+    # connection, and makes no other: that connection is the probe
     with server.client() as c:
         connections = c.info("stats")["total_connections_received"]
         second, _ = _run(CUNET, tmp_path / "machine2", server.url)
-        assert c.info("stats")["total_connections_received"] - connections == 2
+        assert c.info("stats")["total_connections_received"] - connections == 1
     assert second["spirv_compiled"] == 0, second["remote_cache"]
     remote = second["remote_cache"]
     assert remote["hits"] >= first["spirv_compiled"] and remote["rejected"] == 0
@@ -791,13 +791,14 @@ async def test_serve_reports_the_remote_cache_in_metrics(
 async def test_an_empty_local_cache_imports_the_client_early(
     server: RedisServer, tmp_path: Path
 ) -> None:
-    """A run that names a store and has no local cache will read the store: the client's import
-    starts beside load_param (only when the store answers); a run with a local cache does not
-    start it."""
+    """A run that names a store and has no local cache will read the store: the client its
+    reads need is imported beside load_param; a run with a local cache does not import it.
+    hiredis's is imported at once and nothing connects (the load's first read is the probe);
+    redis-py's, for a URL only it reads, only once a probe finds the store answering."""
     from asyncvk._runner import RunConfig, _remote_client_import
 
-    def started(**where: str) -> object:
-        return _remote_client_import(RunConfig("p", "b", remote_cache=server.url, **where))
+    def started(url: str = server.url, **where: str) -> asyncio.Task[bool] | None:
+        return _remote_client_import(RunConfig("p", "b", remote_cache=url, **where))
 
     (tmp_path / "file.vkcache").write_bytes(b"x")
     (tmp_path / "full").mkdir()
@@ -805,14 +806,23 @@ async def test_an_empty_local_cache_imports_the_client_early(
     (tmp_path / "empty").mkdir()
     assert started(cache_file=str(tmp_path / "file.vkcache")) is None
     assert started(cache_dir=str(tmp_path / "full")) is None
-    for where in (
-        {"cache_file": str(tmp_path / "absent.vkcache")},
-        {"cache_dir": str(tmp_path / "empty")},
-        {"cache_dir": str(tmp_path / "absent")},
-        {},
-    ):
-        task = _remote_client_import(RunConfig("p", "b", remote_cache=server.url, **where))
-        assert task is not None and await task, where
     down = f"redis://127.0.0.1:{free_port()}/0"
-    task = _remote_client_import(RunConfig("p", "b", remote_cache=down))
+    with server.client() as c:
+        connections = c.info("stats")["total_connections_received"]
+        for where in (
+            {"cache_file": str(tmp_path / "absent.vkcache")},
+            {"cache_dir": str(tmp_path / "empty")},
+            {"cache_dir": str(tmp_path / "absent")},
+            {},
+        ):
+            task = started(**where)
+            assert task is not None and await task, where
+        assert c.info("stats")["total_connections_received"] == connections  # no probe
+        task = started(down)
+        assert task is not None and await task  # nothing to import but hiredis: no probe
+        redis_py_only = "?health_check_interval=30"  # a connection option only redis-py reads
+        task = started(server.url + redis_py_only)
+        assert task is not None and await task
+        assert c.info("stats")["total_connections_received"] == connections + 1  # the probe
+    task = started(down + redis_py_only)
     assert task is not None and not await task  # refused: nothing imported for it

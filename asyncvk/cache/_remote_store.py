@@ -4,9 +4,10 @@ URL that names one (``redis://host:port/db?timeout=1&ttl=604800``).
 The tier (``_remote_tier``) sees only this protocol, so another store needs one class and one
 line in :func:`open_store`. A store raises :class:`RemoteStoreError` for anything that is the
 store's fault (refused connection, timeout, a server error); the tier then turns itself off.
-Redis's client is imported only when the store is needed and :func:`probe_store` found the
-server answering: without a remote cache, with a server that is down, or with a local cache
-that holds everything, a load imports nothing more.
+A load reads Redis without redis-py where hiredis can (``_redis_reads``); redis-py is imported
+only to write, or when the URL needs it and :func:`probe_store` found the server answering:
+without a remote cache, with a server that is down, or with a local cache that holds
+everything, a load imports nothing more.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .._threads import run_sync
 from ._remote_url import URL_VARIABLE as URL_VARIABLE
 from ._remote_url import configured_remote_url as configured_remote_url
 
@@ -258,10 +260,13 @@ def _import_client() -> None:
 
 
 async def start_client_import(settings: RemoteSettings) -> bool:
-    """For a process that will read the store (its local cache is empty): once the store
-    answers, import its client (~0.2 s of imports) on a thread, while the main thread waits for
-    the device; the load then finds it imported. A store that does not answer costs nothing:
-    the load's own probe reports it. Whether the import was started."""
+    """For a process that will read the store (its local cache is empty): import the client
+    its reads need now, while the main thread waits for the device, so that the load finds it
+    imported. With fast reads that is hiredis (~1 ms, here). Otherwise it is redis-py (~0.1-0.2
+    s of imports), on a thread, once a probe finds the store answering: a store that does not
+    answer costs nothing, the load's own probe reports it. Whether the import was started."""
+    if _reads_fast(settings):
+        return True
     try:
         await probe_store(settings)
     except (RemoteStoreError, ValueError):
@@ -272,8 +277,9 @@ async def start_client_import(settings: RemoteSettings) -> bool:
 
 
 def open_store(settings: RemoteSettings) -> RemoteStore:
-    """The store a URL names; a ValueError names the package a scheme needs when it is missing
-    (a configured remote cache that cannot be used is a set-up error, not a miss)."""
+    """The store a URL names, made with redis-py for everything; a ValueError names the package
+    a scheme needs when it is missing (a configured remote cache that cannot be used is a
+    set-up error, not a miss)."""
     if settings.scheme in ("redis", "rediss", "unix"):
         try:
             from ._redis_store import RedisStore
@@ -281,3 +287,29 @@ def open_store(settings: RemoteSettings) -> RemoteStore:
             raise _missing_package(settings, exc) from exc
         return RedisStore(settings)
     raise ValueError(f"no store for {settings.display}")
+
+
+def _reads_fast(settings: RemoteSettings) -> bool:
+    """Whether a load reads this store without redis-py: hiredis is installed and the URL is
+    one it reads the same way (``_redis_reads``)."""
+    try:
+        from ._redis_reads import read_address
+    except ImportError:
+        return False
+    return read_address(settings.url) is not None
+
+
+async def connect_store(settings: RemoteSettings) -> RemoteStore:
+    """The store for a load: with fast reads, made at once (its first read is the probe);
+    otherwise after a probe finds the server answering (unless the client is on its way
+    already), and made on a thread, since that imports the client."""
+    _check_store_module(settings)  # writes need redis-py: a missing package is a set-up error
+    if _reads_fast(settings):
+        from ._redis_reads import FastReadRedisStore, read_address
+
+        address = read_address(settings.url)
+        assert address is not None
+        return FastReadRedisStore(settings, address)
+    if not client_import_started():
+        await probe_store(settings)
+    return await run_sync(open_store, settings)

@@ -40,11 +40,9 @@ from ._remote_store import (
     RemoteSettings,
     RemoteStore,
     RemoteStoreError,
-    client_import_started,
     configured_remote_url,
-    open_store,
+    connect_store,
     parse_remote_url,
-    probe_store,
 )
 from ._remote_values import (
     blob_index_key,
@@ -144,11 +142,7 @@ class RemoteTier:
             self._open_lock = asyncio.Lock()
         async with self._open_lock:  # a second opener waits, or it would leak a connection
             if self._store is None:
-                if not client_import_started():
-                    # a server that is down is found without importing the client (~0.2 s)
-                    await probe_store(self.settings)
-                # importing the client: not on the event loop
-                self._store = await run_sync(open_store, self.settings)
+                self._store = await connect_store(self.settings)
             return self._store
 
     def _turn_off(self, reason: str) -> None:

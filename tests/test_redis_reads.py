@@ -1,0 +1,198 @@
+"""A load's reads from Redis without redis-py (``_redis_reads``), against a real redis-server:
+the same address redis-py reads from a URL, the same replies as redis-py's store, log-in,
+databases and unix sockets, the server's errors, and a second machine that never imports
+redis-py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis.connection
+from cli_runner import run_args
+from redis_server import RedisServer
+from test_remote_cache import CUNET, _run_counting_imports
+
+from asyncvk.cache._redis_reads import FastReadRedisStore, RedisAddress, read_address
+from asyncvk.cache._redis_store import RedisStore
+from asyncvk.cache._remote_store import RemoteStore, RemoteStoreError, parse_remote_url
+from asyncvk.cache._remote_tier import remote_tier_for
+
+PASSWORD = "s3cret:/@pw"
+QUOTED = "s3cret%3A%2F%40pw"  # as a URL carries it
+
+
+@pytest.fixture
+def locked(tmp_path: Path) -> Iterator[RedisServer]:
+    """A server with a password and a unix socket beside its port."""
+    srv = RedisServer(
+        tmp_path, "--unixsocket", str(tmp_path / "redis.sock"), "--unixsocketperm", "700",
+        password=PASSWORD,
+    )  # fmt: skip
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6380/0",
+        "redis://cache",
+        "redis://cache/5",
+        "redis://cache:7000/5?db=2",  # the query's db wins, as in redis-py
+        "redis://user:p%40ss@cache:7000/1",
+        "redis://:only-a-password@cache",
+        "unix:///run/redis.sock",
+        "unix://:pw@/run/redis%20x.sock?db=4",
+    ],
+)
+def test_an_address_is_read_as_redis_py_reads_it(url: str) -> None:
+    address = read_address(url)
+    assert address is not None
+    theirs = redis.connection.parse_url(url)
+    assert address.db == theirs.get("db", 0)
+    assert address.username == theirs.get("username")
+    assert address.password == theirs.get("password")
+    if url.startswith("unix"):
+        assert address.path == theirs["path"]
+    else:
+        assert (address.host, address.port) == (theirs["host"], theirs.get("port", 6379))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "rediss://cache:6379/0",  # TLS
+        "redis://cache:6379/0?health_check_interval=30",  # an option only redis-py reads
+        "redis://cache:6379/zero",
+        "unix://",
+    ],
+)
+def test_a_url_only_redis_py_reads_keeps_redis_py(url: str) -> None:
+    assert read_address(url) is None
+
+
+def _stores(url: str) -> list[RemoteStore]:
+    settings = parse_remote_url(url)
+    address = read_address(settings.url)
+    assert address is not None
+    return [FastReadRedisStore(settings, address), RedisStore(settings)]
+
+
+async def _read_both(url: str) -> list[object]:
+    """What each store (fast reads, redis-py) reads of the same keys."""
+    got = []
+    for store in _stores(url):
+        try:
+            got.append(
+                (
+                    await store.get_with_newest(["a", "big", "absent"], 1 << 20, "set", 2),
+                    await store.get_many(["big", "a"], 9),
+                    await store.get_many([], 9),
+                    await store.newest_members("set", 5),
+                )
+            )
+        finally:
+            await store.aclose()
+    return got
+
+
+async def test_reads_log_in_select_a_database_and_match_redis_py(locked: RedisServer) -> None:
+    """Over TCP and the unix socket, with a password, in database 3: the fast reads give what
+    redis-py's store gives, a value longer than a read chunk included."""
+    with locked.client(db=3) as c:
+        c.set("a", b"value a")
+        c.set("big", bytes(range(256)) * 1024)  # 256 KiB: several reads of the socket
+        c.zadd("set", {"old": 1.0, "mid": 2.0, "new": 3.0})
+    for url in (
+        f"redis://:{QUOTED}@127.0.0.1:{locked.port}/3",
+        f"redis://default:{QUOTED}@127.0.0.1:{locked.port}/3",
+        f"unix://:{QUOTED}@{locked.folder / 'redis.sock'}?db=3",
+    ):
+        fast, theirs = await _read_both(url)
+        assert fast == theirs, url
+        (values, members), head, _, _ = fast  # type: ignore[misc]
+        assert values == [b"value a", bytes(range(256)) * 1024, None] and members == ["new", "mid"]
+        assert head == [bytes(range(10)), b"value a"]
+
+
+async def test_a_wrong_password_is_an_error_naming_the_store_not_the_password(
+    locked: RedisServer,
+) -> None:
+    settings = parse_remote_url(f"redis://:wrong@127.0.0.1:{locked.port}/0")
+    store = FastReadRedisStore(settings, read_address(settings.url) or RedisAddress())
+    with pytest.raises(RemoteStoreError) as caught:
+        await store.get_many(["a"], 10)
+    await store.aclose()
+    message = str(caught.value)
+    assert message.startswith(f"GETRANGE on redis://***@127.0.0.1:{locked.port}/0: server error")
+    assert "WRONGPASS" in message and "wrong" not in message.replace("WRONGPASS", "")
+
+
+async def test_an_error_reply_drops_the_connection_and_the_next_read_reconnects(
+    locked: RedisServer,
+) -> None:
+    """A key of the wrong type: the server's error, named; the connection (with the rest of
+    the pipeline's replies on it) is not reused."""
+    with locked.client() as c:
+        c.rpush("list", b"x")
+        c.set("a", b"value a")
+        before = c.info("stats")["total_connections_received"]
+    store, redis_py = _stores(f"redis://:{QUOTED}@127.0.0.1:{locked.port}/0")
+    await redis_py.aclose()
+    try:
+        with pytest.raises(RemoteStoreError, match=r"GETRANGE on .*: server error: WRONGTYPE"):
+            await store.get_many(["list", "a"], 10)
+        assert await store.get_many(["a"], 10) == [b"value a"]
+    finally:
+        await store.aclose()
+    with locked.client() as c:
+        assert c.info("stats")["total_connections_received"] - before == 3  # 2 + this client
+
+
+def test_a_second_machine_warm_from_redis_never_imports_redis_py(tmp_path: Path) -> None:
+    """A fresh process with an empty local folder loads every entry from the store and
+    compiles nothing, without importing redis-py (~90 ms of imports on the critical path)."""
+    srv = RedisServer(tmp_path)
+    try:
+        first, _, _ = _run_counting_imports(
+            *run_args(CUNET),
+            "--cache-dir",
+            str(tmp_path / "one"),
+            "--graph-key",
+            "c",
+            "--remote-cache",
+            srv.url,
+        )
+        assert first["remote_cache"]["pushed"] > 0
+        second, _, imported = _run_counting_imports(
+            *run_args(CUNET),
+            "--cache-dir",
+            str(tmp_path / "two"),
+            "--graph-key",
+            "c",
+            "--remote-cache",
+            srv.url,
+        )
+    finally:
+        srv.stop()
+    assert second["spirv_compiled"] == 0 and second["remote_cache"]["hits"] > 0
+    assert second["remote_cache"]["on"] and second["remote_cache"]["pushed"] == 0
+    assert not imported
+
+
+async def test_a_push_imports_redis_py_and_writes_through_it(tmp_path: Path) -> None:
+    """The store a tier opens reads fast and writes with redis-py, both on the same server."""
+    srv = RedisServer(tmp_path)
+    tier = remote_tier_for(srv.url)
+    assert tier is not None
+    try:
+        store = await tier._open()
+        assert isinstance(store, FastReadRedisStore)
+        assert await store.add("k", b"v", 0) and not await store.add("k", b"w", 0)
+        assert await store.get_many(["k"], 10) == [b"v"]
+        assert await store.exists_many(["k", "absent"]) == [True, False]
+    finally:
+        await tier.aclose()
+        srv.stop()
