@@ -62,9 +62,14 @@ def _prepare_compiler() -> None:
 
 def _will_compile(args: argparse.Namespace) -> bool:
     """Whether the command is likely to compile GLSL: no cache file to load (a cache folder may
-    or may not hold this model), or ``cache warm``, which compiles."""
+    or may not hold this model), or ``cache warm``, which compiles; and no remote cache that
+    most likely holds it all on a machine short of cores (``set_up_early``)."""
     cache = getattr(args, "cache", None)
-    return args.func is cmd_cache_warm or cache is None or not os.path.exists(cache)
+    if args.func is not cmd_cache_warm and cache is not None and os.path.exists(cache):
+        return False
+    from .shader._early_setup import set_up_early
+
+    return set_up_early(getattr(args, "remote_cache", None))
 
 
 def _start_opening_device(args: argparse.Namespace) -> None:

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 MODELS = Path(__file__).parent / "models"
 
@@ -122,6 +125,51 @@ def test_only_a_run_that_will_compile_sets_up_the_compiler(tmp_path: Path) -> No
     assert cli._will_compile(parser.parse_args([*run, "--cache-dir", str(tmp_path)]))
     cache.write_bytes(b"")
     assert not cli._will_compile(parser.parse_args([*run, "--cache", str(cache)]))
+
+
+def test_with_a_remote_cache_and_two_cores_the_compiler_waits_for_a_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a remote cache the store most likely holds every entry; on a process with two
+    cores glslang's set-up (0.1 s of C) would take one from the imports and the driver, so the
+    CLI leaves it to the first compile. With three cores, or no remote cache, it starts early."""
+    from asyncvk import cli
+    from asyncvk.shader import _early_setup
+
+    model = MODELS / "squeezenet"
+    run = ["run", str(model / "model.param"), str(model / "model.bin"), "--cache-dir", "d"]
+    parser = cli.build_parser()
+    url = "redis://127.0.0.1:1/0"
+    monkeypatch.delenv("ASYNCVK_REMOTE_CACHE", raising=False)
+    for cores, early in ((1, False), (2, False), (3, True), (16, True)):
+        monkeypatch.setattr(_early_setup, "_usable_cores", lambda cores=cores: cores)
+        assert cli._will_compile(parser.parse_args([*run, "--remote-cache", url])) is early
+        assert cli._will_compile(parser.parse_args(run))
+        monkeypatch.setenv("ASYNCVK_REMOTE_CACHE", url)
+        assert cli._will_compile(parser.parse_args(run)) is early
+        monkeypatch.delenv("ASYNCVK_REMOTE_CACHE")
+
+
+TWO_CORE_LOAD_PARAM = """
+import asyncio, os, sys
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+import asyncvk.shader._compiler as compiler
+from asyncvk import Net, Option
+
+async def main():
+    net = Net(Option(remote_cache=sys.argv[2] or None))
+    await net.load_param(sys.argv[1])
+    print(compiler._warm_up is not None)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_a_net_with_a_remote_cache_on_two_cores_leaves_the_set_up_to_a_compile() -> None:
+    param = str(MODELS / "squeezenet" / "model.param")
+    assert _fresh(TWO_CORE_LOAD_PARAM, param, "") == "True"
+    assert _fresh(TWO_CORE_LOAD_PARAM, param, "redis://127.0.0.1:1/0") == "False"
 
 
 WARM_OPEN = """

@@ -208,6 +208,10 @@ class Net:
         cache = self.opt.pipeline_cache
         if cache is not None and cache.statistics().spirv_entries:
             return  # warm from a cache file: nothing to compile, most likely
+        from ..shader._early_setup import set_up_early
+
+        if not set_up_early(self.opt.remote_cache):
+            return  # the store most likely holds it all, and cores are few
         from ..shader._compiler import prepare_compiler  # only a load that may compile needs it
 
         prepare_compiler()
