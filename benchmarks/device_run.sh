@@ -7,6 +7,8 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
+# the image's Python, whose pip a step may still need after cleanvenv's venv (no pip) is on PATH
+PIP_PYTHON=$(command -v python3)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site
 # The image's numpy has no bytecode and the machine sets PYTHONDONTWRITEBYTECODE=1, so every
@@ -49,7 +51,7 @@ for what in "$@"; do
       # libjemalloc2 liblzf1 libatomic1) and the redis and hiredis wheels (pip download --no-deps
       # redis hiredis, the latter for the device's Python)
       mkdir -p /tmp/redis && for f in .redisdeb/*.deb; do dpkg -x "$f" /tmp/redis; done
-      python3 -m pip install -q --no-index --no-deps --target /tmp/site .redisdeb/*.whl
+      "$PIP_PYTHON" -m pip install -q --no-index --no-deps --target /tmp/site .redisdeb/*.whl
       # compiled now: PYTHONDONTWRITEBYTECODE would recompile an uncompiled wheel at every import
       python3 -m compileall -q -j 0 /tmp/site >/dev/null 2>&1
       python3 benchmarks/remote_cache.py --runs "${RUNS:-5}" --models "${MODELS:-cunet,squeezenet,mobilenetv2,resnet18}" \
