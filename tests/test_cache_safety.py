@@ -211,9 +211,11 @@ async def test_fp32_and_fp16_nets_saving_one_key_keep_both(
         _load(Option(cache_dir=folder, graph_key="k")),
         _load(Option(cache_dir=folder, graph_key="k", use_fp16_storage=True)),
     )
+    assert fp32._cache_folder is not None
+    fingerprint = fp32._cache_folder.fingerprint()
     await fp32.aclose()
     await fp16.aclose()
-    found = CacheDirectory(folder).lookup("k", device.info.identity, fp32._fingerprint)
+    found = CacheDirectory(folder).lookup("k", device.info.identity, fingerprint)
     assert found.path is not None
     ok, contents = decode_cache(found.path.read_bytes(), expected=None, source_hashes=None)
     assert ok and contents is not None

@@ -81,6 +81,38 @@ def test_cold_then_warm_then_changed_weights(model_copy: Path, tmp_path: Path) -
     assert again["cache_loaded"] and again["spirv_compiled"] == 0
 
 
+async def test_an_empty_folder_loads_without_hashing_the_weights(
+    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's fingerprint (a hash of every weight) is checked against a file of this
+    device; an empty folder (a machine warm from a remote cache) has none, so the load does not
+    wait for it: the save after the load computes it, once."""
+    from asyncvk.cache import _directory
+    from asyncvk.cache._pipeline_cache import PipelineCache
+    from asyncvk.net._cache_folder import ModelCacheFolder
+
+    hashed: list[tuple[object, ...]] = []
+    real = _directory.model_fingerprint
+
+    def counted(*sources: object) -> str:
+        hashed.append(sources)
+        return real(*sources)
+
+    monkeypatch.setattr(_directory, "model_fingerprint", counted)
+    sources = (str(MODEL / "model.param"), str(MODEL / "model.bin"))
+    cache = PipelineCache(device)
+    try:
+        folder = await ModelCacheFolder.open(tmp_path / "c", "k", cache, *sources)
+        assert folder.status["reason"] == "no cache for this device and driver yet"
+        assert hashed == []
+        assert (await folder.save(cache)).ok and len(hashed) == 1
+        again = await ModelCacheFolder.open(tmp_path / "c", "k", cache, *sources)
+        assert again.status["loaded"] and len(hashed) == 2  # checked against the file's
+        assert again.fingerprint() == folder.fingerprint() and len(hashed) == 2
+    finally:
+        cache.close()
+
+
 def test_eight_processes_load_and_save_one_key(model_copy: Path, tmp_path: Path) -> None:
     cache_dir = tmp_path / "cache"
     cmd = [

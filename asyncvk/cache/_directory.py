@@ -66,6 +66,14 @@ __all__ = (
 Build = Callable[[bytes | None], bytes]
 
 
+#: A model's fingerprint, or a function that computes it when it is needed.
+Fingerprint = str | Callable[[], str]
+
+
+def _value(fingerprint: Fingerprint) -> str:
+    return fingerprint() if callable(fingerprint) else fingerprint
+
+
 @dataclass(frozen=True)
 class Lookup:
     """What a lookup found: the cache file's bytes, or why there are none."""
@@ -87,8 +95,12 @@ class CacheDirectory(FolderFiles):
 
     # -- public --------------------------------------------------------------------------------
 
-    def lookup(self, graph_key: str, identity: DeviceIdentity, fingerprint: str) -> Lookup:
-        """This key's cache file for this device and model, if there is a valid one."""
+    def lookup(self, graph_key: str, identity: DeviceIdentity, fingerprint: Fingerprint) -> Lookup:
+        """This key's cache file for this device and model, if there is a valid one.
+
+        ``fingerprint``: the model's, or a function giving it, called only when a file of this
+        device records one to compare (hashing the weights is not free; an empty folder, as a
+        machine warm from a remote cache has, needs none)."""
         if not self._ensure():
             return Lookup(None, "cache folder not usable")
         stem = key_stem(graph_key)
@@ -98,7 +110,9 @@ class CacheDirectory(FolderFiles):
         except OSError as exc:
             return Lookup(None, f"cache folder not usable: {exc.strerror or exc}")
 
-    def _lookup_locked(self, graph_key: str, identity: DeviceIdentity, fingerprint: str) -> Lookup:
+    def _lookup_locked(
+        self, graph_key: str, identity: DeviceIdentity, fingerprint: Fingerprint
+    ) -> Lookup:
         entries, ours = self._read_index(graph_key)
         write = self.writable and ours
         if write:
@@ -107,7 +121,7 @@ class CacheDirectory(FolderFiles):
         if not mine:
             return Lookup(None, "no cache for this device and driver yet")
         entry = max(mine, key=lambda e: e.last_used)
-        if entry.model_fingerprint not in (None, fingerprint):
+        if entry.model_fingerprint not in (None, _value(fingerprint)):
             if not write:
                 return Lookup(None, "the model changed since the cache was written")
             entries.remove(entry)
@@ -131,7 +145,7 @@ class CacheDirectory(FolderFiles):
         self,
         graph_key: str,
         identity: DeviceIdentity,
-        fingerprint: str,
+        fingerprint: Fingerprint,
         data: bytes | Build,
     ) -> Path | None:
         """Save this key's file for this device; returns its path, or None when not saved.
@@ -144,6 +158,7 @@ class CacheDirectory(FolderFiles):
         """
         if not self._ensure() or not self.writable:
             return None
+        fingerprint = _value(fingerprint)
         stem = key_stem(graph_key)
         name = f"{stem}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}_{random_token()}.vkcache"
         written = False

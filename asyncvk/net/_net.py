@@ -84,7 +84,6 @@ class Net:
         #: What the managed cache folder did at load ({"loaded": bool, "reason": str, ...}).
         self.cache_status: dict[str, Any] | None = None
         self._cache_folder: ModelCacheFolder | None = None
-        self._fingerprint = ""
         #: False when the caller attaches a loaded cache file after ``load_param`` and applies
         #: the compiler rule itself then (``_runner.open_net``): a warm run needs no compiler.
         self._compiler_at_load_param = True
@@ -227,7 +226,6 @@ class Net:
         folder = await ModelCacheFolder.open(
             opt.cache_dir, opt.graph_key, cache, self._param_source, model_source
         )
-        self._fingerprint = folder.fingerprint
         self.cache_status = folder.status
         if folder.writable:  # a read-only folder or cache served; nothing is saved
             self._cache_folder = folder
