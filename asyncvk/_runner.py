@@ -71,7 +71,15 @@ async def open_net(config: RunConfig) -> OpenNet:
     # the rule (no SPIR-V loaded: set it up) is applied then; a warm run starts none (on
     # lavapipe's 2-core machine it slowed that run's load by 25 ms).
     warm_file = config.cache_file is not None and os.path.exists(config.cache_file)  # noqa: ASYNC240
-    net._compiler_at_load_param = not warm_file
+    # with a remote cache, a local cache that holds anything most likely serves the load, and
+    # an empty one leaves the choice to the store's answer (shader/_early_setup.py)
+    from .cache._remote_url import configured_remote_url
+    from .shader._early_setup import local_cache_empty
+
+    served = bool(configured_remote_url(config.remote_cache)[0]) and not local_cache_empty(
+        config.cache_file, config.cache_dir
+    )
+    net._compiler_at_load_param = not warm_file and not served
     client_import = None if config.cpu else _remote_client_import(config)
     t0 = time.perf_counter()
     await net.load_param(config.param)
@@ -111,16 +119,9 @@ def _remote_client_import(config: RunConfig) -> asyncio.Task[bool] | None:
     if not url:
         return None
     from .cache._remote_store import parse_remote_url, start_client_import
+    from .shader._early_setup import local_cache_empty
 
-    folder = config.cache_dir
-    if config.cache_file is not None:
-        local_empty = not os.path.exists(config.cache_file)
-    elif folder is not None and os.path.isdir(folder):
-        with os.scandir(folder) as entries:
-            local_empty = not any(entries)
-    else:
-        local_empty = True
-    if not local_empty:
+    if not local_cache_empty(config.cache_file, config.cache_dir):
         return None
     try:
         settings = parse_remote_url(url, where=where)

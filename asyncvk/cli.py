@@ -47,11 +47,17 @@ def _open_device(index: int | None) -> None:
         pass
 
 
-def _prepare_compiler() -> None:
+def _prepare_compiler(args: argparse.Namespace) -> None:
     """Thread body: glslang's one-time set-up (the compiler's first compile, about 80 ms in C
     with the GIL released). ``open_net`` starting it after the imports put it on a cold load's
-    critical path: every compile of the load waited for it."""
+    critical path: every compile of the load waited for it. With a remote cache that answers,
+    none (``set_up_early``)."""
     try:
+        from .shader._early_setup import local_cache_empty, set_up_early
+
+        local = local_cache_empty(getattr(args, "cache", None), getattr(args, "cache_dir", None))
+        if not set_up_early(getattr(args, "remote_cache", None), local):
+            return
         from .shader._compiler import prepare_compiler
 
         prepare_compiler().join()
@@ -61,15 +67,11 @@ def _prepare_compiler() -> None:
 
 
 def _will_compile(args: argparse.Namespace) -> bool:
-    """Whether the command is likely to compile GLSL: no cache file to load (a cache folder may
-    or may not hold this model), or ``cache warm``, which compiles; and no remote cache that
-    most likely holds it all on a machine short of cores (``set_up_early``)."""
+    """Whether the command may compile GLSL: no cache file to load (a cache folder may or may
+    not hold this model), or ``cache warm``, which compiles. With a remote cache the set-up
+    thread asks the store first (``set_up_early``)."""
     cache = getattr(args, "cache", None)
-    if args.func is not cmd_cache_warm and cache is not None and os.path.exists(cache):
-        return False
-    from .shader._early_setup import set_up_early
-
-    return set_up_early(getattr(args, "remote_cache", None))
+    return args.func is cmd_cache_warm or cache is None or not os.path.exists(cache)
 
 
 def _start_opening_device(args: argparse.Namespace) -> None:
@@ -86,7 +88,10 @@ def _start_opening_device(args: argparse.Namespace) -> None:
     ).start()
     if _will_compile(args):
         threading.Thread(
-            target=_prepare_compiler, name="asyncvk-prepare-compiler", daemon=True
+            target=_prepare_compiler,
+            args=(args,),
+            name="asyncvk-prepare-compiler",
+            daemon=True,
         ).start()
 
 

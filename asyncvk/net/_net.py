@@ -207,13 +207,12 @@ class Net:
         cache = self.opt.pipeline_cache
         if cache is not None and cache.statistics().spirv_entries:
             return  # warm from a cache file: nothing to compile, most likely
-        from ..shader._early_setup import set_up_early
+        # only a load that may compile needs it; with a remote cache, only if it is down
+        from ..shader._early_setup import local_cache_empty, prepare_compiler_unless_served
 
-        if not set_up_early(self.opt.remote_cache):
-            return  # the store most likely holds it all, and cores are few
-        from ..shader._compiler import prepare_compiler  # only a load that may compile needs it
-
-        prepare_compiler()
+        folder = self.opt.cache_dir
+        local_empty = local_cache_empty(None, None if folder is None else os.fspath(folder))
+        prepare_compiler_unless_served(self.opt.remote_cache, local_empty)
 
     # -- the cache folder ----------------------------------------------------------------------
 

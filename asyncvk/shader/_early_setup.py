@@ -1,32 +1,91 @@
 """Whether to set the GLSL compiler up before any load asks for it.
 
-glslang's one-time set-up is a compile's worth of C (about 0.1 s on lavapipe's machine, GIL
-released) on a core of its own. A load with no local cache starts it early, beside the imports
-and the device's opening, so that its first compile does not wait. With a remote cache the
-store most likely holds every entry, and where the process has two cores or fewer the set-up
-takes one of them from the imports and the driver: there it is left to the first compile, if
-any (lavapipe, 2 cores: a warm start from Redis was 50-70 ms slower with it).
+glslang's one-time set-up is a compile's worth of C (80-130 ms) on a thread of its own. A
+load with no local cache starts it early, beside the imports and the device's opening, so
+that its first compile does not wait. With a remote cache that answers, the store most likely
+holds every entry: there the set-up cost a warm start 5-10% on the H100 and more on lavapipe's
+2 cores, for nothing. So with a remote cache the store is probed first (a plain connection,
+made and dropped on the set-up's own thread) and the set-up starts only when it does not
+answer: the load will compile. A store that answers but lacks the model (the fleet's first
+machine) leaves the set-up to the first compile, as does a local cache that is not empty.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
+from urllib.parse import urlsplit
 
 from ..cache._remote_url import configured_remote_url
 
-#: The fewest usable cores at which a speculative set-up has one to itself.
-SPARE_CORES = 3
 
-
-def _usable_cores() -> int:
+def store_answers(url: str, timeout: float) -> bool:
+    """Whether the server a remote cache URL names accepts a connection within ``timeout``."""
+    parts = urlsplit(url)
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        if parts.scheme == "unix":
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(timeout)
+                s.connect(parts.path)
+            return True
+        with socket.create_connection((parts.hostname or "", parts.port or 6379), timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
-def set_up_early(remote_cache: str | None) -> bool:
-    """False when a remote cache is configured (``remote_cache``, or the environment's) and
-    the process has fewer than :data:`SPARE_CORES` cores; True otherwise."""
-    url, _ = configured_remote_url(remote_cache)
-    return not url or _usable_cores() >= SPARE_CORES
+#: URL -> whether its store answered: the CLI's first lines and a Net's load_param both ask,
+#: and one connection answers both
+_answered: dict[str, bool] = {}
+_probe_lock = threading.Lock()
+
+
+def local_cache_empty(cache_file: str | None, cache_dir: str | None) -> bool:
+    """Whether a run starts with nothing local: no cache file, or an empty or absent folder (a
+    folder that holds anything most likely holds this model)."""
+    if cache_file is not None:
+        return not os.path.exists(cache_file)
+    folder = None if cache_dir is None else os.path.expanduser(cache_dir)
+    if folder is not None and os.path.isdir(folder):
+        with os.scandir(folder) as entries:
+            return not any(entries)
+    return True
+
+
+def set_up_early(remote_cache: str | None, local_empty: bool = True) -> bool:
+    """True without a remote cache (``remote_cache``, or the environment's). With one: False
+    when the local cache is not empty (it or the store most likely holds everything) or the
+    store answers (asked once per process), True when it does not. May block for the connect
+    timeout: call it on a thread."""
+    url, where = configured_remote_url(remote_cache)
+    if not url:
+        return True
+    if not local_empty:
+        return False
+    with _probe_lock:
+        if url not in _answered:
+            from ..cache._remote_store import parse_remote_url
+
+            try:
+                settings = parse_remote_url(url, where=where)
+            except ValueError:
+                return True  # the load reports the URL, and compiles
+            _answered[url] = store_answers(settings.url, settings.connect_timeout)
+        return not _answered[url]
+
+
+def prepare_compiler_unless_served(remote_cache: str | None, local_empty: bool) -> None:
+    """Start glslang's set-up now, or with a remote cache, on a thread once
+    :func:`set_up_early` says so."""
+    from ._compiler import prepare_compiler
+
+    if not configured_remote_url(remote_cache)[0]:
+        prepare_compiler()
+        return
+
+    def probe_then_prepare() -> None:
+        if set_up_early(remote_cache, local_empty):
+            prepare_compiler()
+
+    threading.Thread(target=probe_then_prepare, name="asyncvk-probe-store", daemon=True).start()
