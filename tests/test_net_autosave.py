@@ -7,6 +7,9 @@ import asyncio
 import time
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from asyncvk import Net, Option, PipelineCache
 from asyncvk.cache._directory import CacheDirectory
 from asyncvk.gpu import VulkanDevice
@@ -56,6 +59,35 @@ async def test_what_is_built_after_load_is_saved_in_the_background(
             while _saved_entries(folder, "cunet", device) < built:
                 assert time.monotonic() < deadline, "the autosave never wrote the new pipelines"
                 await asyncio.sleep(0.05)
+
+
+async def test_the_save_after_a_load_leaves_the_first_requests_alone(
+    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder's save after a load (hashing every weight, merging the folder's file) waits
+    ``SAVE_AFTER_LOAD_S``, so the first inference does not share the machine with it; then it
+    runs unasked, and ``flush_cache`` starts it at once."""
+    from asyncvk.net import _net
+
+    for delay in (3600.0, 0.2):
+        monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", delay)
+        folder = tmp_path / f"cache-{delay}"
+        with PipelineCache(device) as shared:
+            option = Option(pipeline_cache=shared, cache_dir=folder, graph_key="cunet")
+            async with Net(option) as net:
+                await _load(net, "cunet")
+                ex = net.create_extractor()
+                ex.input("in0", np.load(MODELS / "cunet" / "input.npy"))
+                await ex.extract("out0")
+                if delay > 60:
+                    assert _saved_entries(folder, "cunet", device) == 0
+                    await net.flush_cache()
+                    assert _saved_entries(folder, "cunet", device) > 0
+                    continue
+                deadline = time.monotonic() + 60  # a guard against a hang
+                while _saved_entries(folder, "cunet", device) == 0:
+                    assert time.monotonic() < deadline, "the save after load never ran"
+                    await asyncio.sleep(0.05)
 
 
 async def test_aclose_flushes_what_the_interval_has_not_saved_yet(

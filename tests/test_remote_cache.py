@@ -149,14 +149,14 @@ def test_a_server_that_stops_answering_times_out_and_the_model_still_runs(
     assert np.linalg.norm(report["output"] - expected) / np.linalg.norm(expected) < 2e-3
 
 
-def _run_counting_imports(*args: str) -> tuple[dict[str, Any], str, bool]:
-    """``asyncvk`` in a fresh process: its --json report, its stderr, and whether the Redis
-    client was imported."""
+def _run_counting_imports(*args: str, module: str = "redis") -> tuple[dict[str, Any], str, bool]:
+    """``asyncvk`` in a fresh process: its --json report, its stderr, and whether ``module``
+    (the Redis client) was imported."""
     script = (
         "import sys\n"
         "from asyncvk.cli import main\n"
         f"code = main({[*args, '--json']!r})\n"
-        "print('redis imported:', 'redis' in sys.modules, file=sys.stderr)\n"
+        f"print('redis imported:', {module!r} in sys.modules, file=sys.stderr)\n"
         "sys.exit(code)\n"
     )
     proc = subprocess.run(

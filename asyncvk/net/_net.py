@@ -8,6 +8,7 @@ cold start costs the slowest pipeline rather than the sum). Extractors run the c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Mapping
@@ -35,6 +36,10 @@ from ._plan_pool import PlanKey
 
 if TYPE_CHECKING:
     from ..cache._remote_tier import RemoteTier
+
+#: Seconds after a load before the cache folder's save starts (``flush_cache`` starts it at
+#: once): the first requests after a load do not share the machine with it.
+SAVE_AFTER_LOAD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,7 @@ class Net:
         #: Saves the cache folder after load and whenever something new is built since.
         self._autosaver: AutoSaver | None = None
         self._pending_save: asyncio.Future[SaveResult | None] | None = None
+        self._save_due = asyncio.Event()
         #: The remote cache tier (``Option.remote_cache``), made at the first load.
         self._remote: RemoteTier | None = None
         self._remote_resolved = False
@@ -259,7 +265,17 @@ class Net:
                 cache, save=self._save_to_cache_dir, interval=self.opt.autosave_interval
             )
         saver.mark_dirty()  # this model's file, even if nothing was built
-        self._pending_save = asyncio.ensure_future(saver.save_now())
+        self._save_due = asyncio.Event()
+        self._pending_save = asyncio.ensure_future(self._save_after_load(saver, self._save_due))
+
+    async def _save_after_load(self, saver: AutoSaver, due: asyncio.Event) -> SaveResult | None:
+        """The folder's save after a load, once the first requests had the machine to
+        themselves: ``SAVE_AFTER_LOAD_S`` later, or at once when ``flush_cache`` asks. It hashes
+        every weight (the model's fingerprint) and merges the folder's file: on the H100 it ran
+        beside the first inference of a warm start from a remote cache."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(due.wait(), SAVE_AFTER_LOAD_S)
+        return await saver.save_now()
 
     async def _save_to_cache_dir(self) -> SaveResult:
         folder, cache = self._cache_folder, self.cache
@@ -272,6 +288,7 @@ class Net:
         the remote tier's push: the local save never depends on the push."""
         try:
             if self._pending_save is not None:
+                self._save_due.set()
                 await self._pending_save
                 self._pending_save = None
             if self._autosaver is not None and self.cache is not None and not self.cache.closed:

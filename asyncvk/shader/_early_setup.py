@@ -78,14 +78,16 @@ def set_up_early(remote_cache: str | None, local_empty: bool = True) -> bool:
 def prepare_compiler_unless_served(remote_cache: str | None, local_empty: bool) -> None:
     """Start glslang's set-up now, or with a remote cache, on a thread once
     :func:`set_up_early` says so."""
-    from ._compiler import prepare_compiler
-
     if not configured_remote_url(remote_cache)[0]:
+        from ._compiler import prepare_compiler
+
         prepare_compiler()
         return
 
     def probe_then_prepare() -> None:
         if set_up_early(remote_cache, local_empty):
+            from ._compiler import prepare_compiler  # its binding: 5 ms to load, on the H100
+
             prepare_compiler()
 
     threading.Thread(target=probe_then_prepare, name="asyncvk-probe-store", daemon=True).start()
