@@ -120,20 +120,43 @@ def odd_map(rng: np.random.Generator, boxes: int, classes: int, h: int, w: int) 
     ("boxes", "classes", "h", "w"), [(3, 4, 5, 7), (2, 1, 1, 1), (1, 80, 13, 13), (2, 3, 0, 4)]
 )
 @pytest.mark.parametrize("threshold", [-1.0, 0.3, 0.9, 2.0])
+@pytest.mark.parametrize("softmax_all", [True, False], ids=["in-place", "hopeful-cells"])
 def test_decode_is_the_numpy_decode_bit_for_bit(
-    v3: bool, boxes: int, classes: int, h: int, w: int, threshold: float
+    v3: bool, boxes: int, classes: int, h: int, w: int, threshold: float, softmax_all: bool
 ) -> None:
+    """The rows, and with ``softmax_all`` v2's in-place softmax; without it v2 softmaxes only
+    the cells whose objectness can reach the threshold, aside, and leaves the map alone."""
     rng = np.random.default_rng(boxes * 1000 + classes * 10 + h)
     blob = odd_map(rng, boxes, classes, h, w)
     anchors = rng.random((boxes, 2)).astype(F32)
+    original = blob.copy()
     wanted_blob = blob.copy()
     with np.errstate(all="ignore"):
         wanted = reference(wanted_blob, boxes, classes, anchors, threshold, v3)
-    got = yolo_decode(blob, boxes, classes, anchors, threshold, v3=v3)
+    got = yolo_decode(blob, boxes, classes, anchors, threshold, v3=v3, softmax_all=softmax_all)
     assert_same_bits(got, wanted)
-    assert_same_bits(blob, wanted_blob)  # v2's in-place softmax too
+    assert_same_bits(blob, wanted_blob if softmax_all and not v3 else original)
     if threshold < 0 and h:
         assert len(got) > 0
+
+
+def test_cells_that_cannot_reach_the_threshold_are_not_softmaxed() -> None:
+    """Of a map whose objectness logits are mostly hopeless, as a trained model's are, the
+    decode keeps the same rows whether it softmaxes every cell or only the hopeful ones; the
+    hopeful ones include every cell whose sigmoid(objectness) is the threshold exactly."""
+    rng = np.random.default_rng(7)
+    boxes, classes, h, w = 5, 20, 13, 13
+    blob = rng.normal(0, 3, (boxes * (5 + classes), h, w)).astype(F32)
+    blob[4 :: 5 + classes] = rng.normal(-6, 2, (boxes, h, w))  # objectness: mostly hopeless
+    blob[4, 0, 0] = 0.0  # sigmoid 0.5 exactly, and its best class score 1: confidence 0.5
+    blob[5:25, 0, 0] = -100.0
+    blob[5, 0, 0] = 50.0
+    anchors = rng.random((boxes, 2)).astype(F32)
+    full = yolo_decode(blob.copy(), boxes, classes, anchors, 0.5, v3=False, softmax_all=True)
+    hopeful = yolo_decode(blob, boxes, classes, anchors, 0.5, v3=False)
+    assert_same_bits(hopeful, full)
+    assert 0 < len(full) < boxes * h * w // 10
+    assert full[0, 0] == np.float32(0.5)  # the cell on the threshold is a row
 
 
 def test_decode_refuses_maps_too_small() -> None:
@@ -148,7 +171,7 @@ def test_decode_refuses_maps_too_small() -> None:
 
 def test_decode_refuses_what_would_take_it_out_of_bounds() -> None:
     """No class (the softmax would read past the map), a negative count, and a read-only map
-    for the v2 decode, which writes its softmax into the map."""
+    for the v2 decode that writes its softmax into the map."""
     anchors = np.ones(4, F32)
     for boxes, classes in ((1, 0), (1, -5), (-1, 2)):
         with pytest.raises(ValueError, match="boxes of"):
@@ -156,5 +179,6 @@ def test_decode_refuses_what_would_take_it_out_of_bounds() -> None:
     frozen = np.zeros((7, 2, 2), F32)
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
-        yolo_decode(frozen, 1, 2, anchors, 0.0, v3=False)
+        yolo_decode(frozen, 1, 2, anchors, 0.0, v3=False, softmax_all=True)
     assert yolo_decode(frozen, 1, 2, anchors, 2.0, v3=True).shape == (0, 7)  # v3 only reads
+    assert yolo_decode(frozen, 1, 2, anchors, 0.0, v3=False).shape == (4, 7)  # so does v2, aside

@@ -247,27 +247,54 @@ static void softmax_cells(float *scores, int64_t classes, int64_t cells, float *
 }
 
 /* One (num_box * (5 + classes), h, w) map of YoloDetectionOutput: softmax over the class
- * logits (in place, ncnn's forward is), confidence sigmoid(objectness) x best class score,
- * and a row in `out` for each cell whose confidence reaches `threshold`, box by box and cells
- * in row-major order. `anchors` holds bias_w / w, bias_h / h per box; `best` and `label` hold
- * h w values each. Returns the rows. */
+ * logits, confidence sigmoid(objectness) x best class score, and a row in `out` for each cell
+ * whose confidence reaches `threshold`, box by box and cells in row-major order. `anchors`
+ * holds bias_w / w, bias_h / h per box; `best`, `label` and `kept` hold h w values each,
+ * `gathered` classes h w. Returns the rows.
+ *
+ * With `softmax_all`, every cell's class logits are softmaxed in place, as ncnn's forward does
+ * (the layer's output when nothing is detected). Without it, only the cells whose
+ * sigmoid(objectness) reaches `threshold` are, in `gathered`, and `blob` is left as it was:
+ * the best class score is at most 1 (the best logit's e^0 is 1, over a sum of at least 1), so
+ * no other cell can reach the threshold. Each cell's arithmetic is the same either way, so the
+ * rows are too. Most cells of a trained model's map fall short: there the softmax was 85-95% of
+ * the decode. */
 int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_t h, int64_t w,
-                           const float *anchors, float threshold, float *out, float *best,
-                           int64_t *label)
+                           const float *anchors, float threshold, int softmax_all, float *out,
+                           float *best, int64_t *label, float *gathered, int64_t *kept)
 {
     int64_t cells = h * w, per_box = 5 + classes;
     float inv_w = 1.f / (float)w, inv_h = 1.f / (float)h;
     float *row = out;
     for (int64_t pp = 0; pp < num_box; pp++) {
         float *map = blob + pp * per_box * cells;
-        softmax_cells(map + 5 * cells, classes, cells, best);
-        detect_best_class(map + 5 * cells, classes, cells, 0.f, label, best);
-        for (int64_t c = 0; c < cells; c++) {
-            float confidence = sigmoid(map[4 * cells + c]) * best[c];
+        const float *objectness = map + 4 * cells;
+        int64_t n = 0;
+        if (softmax_all) {
+            softmax_cells(map + 5 * cells, classes, cells, best);
+            detect_best_class(map + 5 * cells, classes, cells, 0.f, label, best);
+            for (int64_t c = 0; c < cells; c++)
+                kept[n++] = c;
+        } else {
+            for (int64_t c = 0; c < cells; c++)
+                if (sigmoid(objectness[c]) >= threshold)
+                    kept[n++] = c;
+            for (int64_t q = 0; q < classes; q++) {
+                const float *s = map + (5 + q) * cells;
+                float *g = gathered + q * n;
+                for (int64_t k = 0; k < n; k++)
+                    g[k] = s[kept[k]];
+            }
+            softmax_cells(gathered, classes, n, best);
+            detect_best_class(gathered, classes, n, 0.f, label, best);
+        }
+        for (int64_t k = 0; k < n; k++) {
+            int64_t c = kept[k];
+            float confidence = sigmoid(objectness[c]) * best[k];
             if (!(confidence >= threshold))
                 continue;
             row = put_cell(row, map, cells, c, w, inv_w, inv_h, anchors + 2 * pp, confidence,
-                           label[c], 1);
+                           label[k], 1);
         }
     }
     return (row - out) / 7;

@@ -24,8 +24,8 @@ int64_t detect_nms(const float *boxes, const float *areas, int64_t n, float thre
 void detect_best_class(const float *scores, int64_t classes, int64_t cells, float floor,
                        int64_t *label, float *best);
 int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_t h, int64_t w,
-                           const float *anchors, float threshold, float *out, float *best,
-                           int64_t *label);
+                           const float *anchors, float threshold, int softmax_all, float *out,
+                           float *best, int64_t *label, float *gathered, int64_t *kept);
 int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes, int64_t h,
                              int64_t w, const float *anchors, float threshold, float *out,
                              float *best, int64_t *label);

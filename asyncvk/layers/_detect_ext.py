@@ -92,13 +92,22 @@ def best_class(scores: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray
 
 
 def yolo_decode(
-    blob: np.ndarray, num_box: int, num_class: int, anchors: np.ndarray, threshold: float, v3: bool
+    blob: np.ndarray,
+    num_box: int,
+    num_class: int,
+    anchors: np.ndarray,
+    threshold: float,
+    v3: bool,
+    *,
+    softmax_all: bool = False,
 ) -> np.ndarray:
     """One (c, h, w) map's candidate rows ``[score, xmin, ymin, xmax, ymax, area, label]``.
 
     ``anchors`` holds each box's (w, h) scale, ``v3`` picks Yolov3DetectionOutput's decode over
-    YoloDetectionOutput's, which softmaxes ``blob``'s class logits in place (so ``blob`` must
-    be a C-contiguous float32 array).
+    YoloDetectionOutput's. With ``softmax_all`` the latter softmaxes every cell's class logits
+    in ``blob``, in place, as ncnn does (so ``blob`` must be a C-contiguous float32 array);
+    without it only cells that can reach ``threshold`` are softmaxed, aside, and the rows are
+    the same.
     """
     _, h, w = blob.shape
     if not blob.flags.c_contiguous or blob.dtype != np.float32:
@@ -112,19 +121,22 @@ def yolo_decode(
             f"is too small for {num_box} boxes of {num_class} classes"
         )
     out = np.empty((num_box * h * w, 7), dtype=np.float32)
-    decode = _lib.detect_yolov3_decode if v3 else _lib.detect_yolo_decode
-    rows = decode(
-        _ptr("float[]", blob, writes=not v3),  # the v2 decode softmaxes it in place
-        num_box,
-        num_class,
-        h,
-        w,
-        _ptr("float[]", anchors),
-        float(np.float32(threshold)),
-        _ptr("float[]", out),
-        _ptr("float[]", np.empty(h * w, dtype=np.float32)),
-        _ptr("int64_t[]", np.empty(h * w, dtype=np.int64)),
-    )
+    threshold = float(np.float32(threshold))
+    best = _ptr("float[]", np.empty(h * w, dtype=np.float32))
+    label = _ptr("int64_t[]", np.empty(h * w, dtype=np.int64))
+    if v3:
+        rows = _lib.detect_yolov3_decode(
+            _ptr("float[]", blob), num_box, num_class, h, w, _ptr("float[]", anchors),
+            threshold, _ptr("float[]", out), best, label,
+        )  # fmt: skip
+    else:
+        gathered = _ptr("float[]", np.empty(0 if softmax_all else num_class * h * w, np.float32))
+        kept = _ptr("int64_t[]", np.empty(h * w, dtype=np.int64))
+        rows = _lib.detect_yolo_decode(
+            _ptr("float[]", blob, writes=softmax_all), num_box, num_class, h, w,
+            _ptr("float[]", anchors), threshold, int(softmax_all), _ptr("float[]", out), best,
+            label, gathered, kept,
+        )  # fmt: skip
     return out[:rows]
 
 

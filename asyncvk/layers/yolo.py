@@ -153,13 +153,20 @@ class _YoloOutput(Layer):
         return [(rows, 6)]
 
     def _add_decoded(
-        self, blob: np.ndarray, anchors: list[tuple[np.float32, np.float32]], found: _Candidates
+        self,
+        blob: np.ndarray,
+        anchors: list[tuple[np.float32, np.float32]],
+        found: _Candidates,
+        softmax_all: bool = False,
     ) -> None:
         """Decode one map in C with each box's (w, h) scale and gather its candidates."""
         box_scales = np.array(anchors, _F32)
         threshold = self.confidence_threshold
-        v3 = self.v3_decode
-        found.add(yolo_decode(blob, self.num_box, self.num_class, box_scales, threshold, v3=v3))
+        rows = yolo_decode(
+            blob, self.num_box, self.num_class, box_scales, threshold, self.v3_decode,
+            softmax_all=softmax_all,
+        )  # fmt: skip
+        found.add(rows)
 
 
 @register_layer("YoloDetectionOutput")
@@ -182,24 +189,29 @@ class YoloDetectionOutput(_YoloOutput):
         with np.errstate(all="ignore"):
             for index, blob in enumerate(inputs):
                 _, h, w = self._check_map(index, blob.shape)
-                # ncnn's softmax is in place: a copy, which the decode softmaxes
-                blob = np.array(blob, dtype=np.float32, order="C")
-                self._decode(blob, h, w, found)
                 if index == 0:
-                    first = blob
+                    # ncnn's softmax is in place, and with nothing found its output is this
+                    # input: a copy, every cell of it softmaxed. The other maps are only read,
+                    # and only their hopeful cells softmaxed (``yolo_decode``)
+                    first = np.array(blob, dtype=np.float32, order="C")
+                    self._decode(first, h, w, found, softmax_all=True)
+                else:
+                    self._decode(np.ascontiguousarray(blob, dtype=np.float32), h, w, found)
             rows = found.detections(self.nms_threshold, "divide")
         if len(rows) == 0 and first is not None:
-            return [first]  # ncnn leaves its in-place input (class logits softmaxed)
+            return [first]
         return [rows]
 
-    def _decode(self, blob: np.ndarray, h: int, w: int, found: _Candidates) -> None:
+    def _decode(
+        self, blob: np.ndarray, h: int, w: int, found: _Candidates, softmax_all: bool = False
+    ) -> None:
         # reciprocals as in Yolov3DetectionOutput: the closest to ncnn's build
         inv_w, inv_h = _ONE / _F32(w), _ONE / _F32(h)
         anchors = [
             (_F32(self.biases[2 * pp]) * inv_w, _F32(self.biases[2 * pp + 1]) * inv_h)
             for pp in range(self.num_box)
         ]
-        self._add_decoded(blob, anchors, found)
+        self._add_decoded(blob, anchors, found, softmax_all)
 
 
 @register_layer("Yolov3DetectionOutput")
