@@ -72,9 +72,9 @@ async def open_net(config: RunConfig) -> OpenNet:
     # lavapipe's 2-core machine it slowed that run's load by 25 ms).
     warm_file = config.cache_file is not None and os.path.exists(config.cache_file)  # noqa: ASYNC240
     # with a remote cache, a local cache that holds anything most likely serves the load, and
-    # an empty one leaves the choice to the store's answer (shader/_early_setup.py)
+    # an empty one leaves the choice to the store's answer (cache/_early_setup.py)
+    from .cache._early_setup import local_cache_empty
     from .cache._remote_url import configured_remote_url
-    from .shader._early_setup import local_cache_empty
 
     served = bool(configured_remote_url(config.remote_cache)[0]) and not local_cache_empty(
         config.cache_file, config.cache_dir
@@ -118,8 +118,8 @@ def _remote_client_import(config: RunConfig) -> asyncio.Task[bool] | None:
     url, where = configured_remote_url(config.remote_cache)
     if not url:
         return None
+    from .cache._early_setup import local_cache_empty
     from .cache._remote_store import parse_remote_url, start_client_import
-    from .shader._early_setup import local_cache_empty
 
     if not local_cache_empty(config.cache_file, config.cache_dir):
         return None

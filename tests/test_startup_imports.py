@@ -135,7 +135,7 @@ def test_with_a_remote_cache_the_set_up_waits_unless_the_store_is_down(
     lines and a Net's load_param ask."""
     from redis_server import RedisServer, free_port
 
-    from asyncvk.shader._early_setup import local_cache_empty, set_up_early
+    from asyncvk.cache._early_setup import local_cache_empty, set_up_early
 
     monkeypatch.delenv("ASYNCVK_REMOTE_CACHE", raising=False)
     down = f"redis://127.0.0.1:{free_port()}/0"

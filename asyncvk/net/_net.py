@@ -214,7 +214,7 @@ class Net:
         if cache is not None and cache.statistics().spirv_entries:
             return  # warm from a cache file: nothing to compile, most likely
         # only a load that may compile needs it; with a remote cache, only if it is down
-        from ..shader._early_setup import local_cache_empty, prepare_compiler_unless_served
+        from ..cache._early_setup import local_cache_empty, prepare_compiler_unless_served
 
         folder = self.opt.cache_dir
         local_empty = local_cache_empty(None, None if folder is None else os.fspath(folder))

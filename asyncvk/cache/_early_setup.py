@@ -17,7 +17,7 @@ import socket
 import threading
 from urllib.parse import urlsplit
 
-from ..cache._remote_url import configured_remote_url
+from ._remote_url import configured_remote_url
 
 
 def store_answers(url: str, timeout: float) -> bool:
@@ -65,7 +65,7 @@ def set_up_early(remote_cache: str | None, local_empty: bool = True) -> bool:
         return False
     with _probe_lock:
         if url not in _answered:
-            from ..cache._remote_store import parse_remote_url
+            from ._remote_store import parse_remote_url
 
             try:
                 settings = parse_remote_url(url, where=where)
@@ -79,14 +79,15 @@ def prepare_compiler_unless_served(remote_cache: str | None, local_empty: bool) 
     """Start glslang's set-up now, or with a remote cache, on a thread once
     :func:`set_up_early` says so."""
     if not configured_remote_url(remote_cache)[0]:
-        from ._compiler import prepare_compiler
+        from ..shader._compiler import prepare_compiler
 
         prepare_compiler()
         return
 
     def probe_then_prepare() -> None:
         if set_up_early(remote_cache, local_empty):
-            from ._compiler import prepare_compiler  # its binding: 5 ms to load, on the H100
+            # its binding takes 5 ms to load on the H100: only for a set-up
+            from ..shader._compiler import prepare_compiler
 
             prepare_compiler()
 
