@@ -92,6 +92,8 @@ class _Candidates:
     def detections(self, nms_threshold: float, rule: IouRule) -> np.ndarray:
         """Sort, suppress, and give the (n, 6) rows ``[label + 1, score, x0, y0, x1, y1]``."""
         table = np.concatenate(self.parts) if self.parts else np.zeros((0, 7), np.float32)
+        if len(table) == 0:  # nothing passed: no sort, no NMS (each a C call and its arrays)
+            return np.zeros((0, 6), dtype=np.float32)
         table = table[qsort_descent_order(table[:, 0])]
         table = table[nms_sorted(table[:, 1:5], table[:, 5], nms_threshold, rule)]
         rows = np.empty((len(table), 6), dtype=np.float32)
@@ -155,12 +157,12 @@ class _YoloOutput(Layer):
     def _add_decoded(
         self,
         blob: np.ndarray,
-        anchors: list[tuple[np.float32, np.float32]],
+        anchors: list[tuple[np.float32, np.float32]] | np.ndarray,
         found: _Candidates,
         softmax_all: bool = False,
     ) -> None:
         """Decode one map in C with each box's (w, h) scale and gather its candidates."""
-        box_scales = np.array(anchors, _F32)
+        box_scales = np.asarray(anchors, _F32)
         threshold = self.confidence_threshold
         rows = yolo_decode(
             blob, self.num_box, self.num_class, box_scales, threshold, self.v3_decode,
@@ -205,13 +207,27 @@ class YoloDetectionOutput(_YoloOutput):
     def _decode(
         self, blob: np.ndarray, h: int, w: int, found: _Candidates, softmax_all: bool = False
     ) -> None:
-        # reciprocals as in Yolov3DetectionOutput: the closest to ncnn's build
+        self._add_decoded(blob, self._box_scales(h, w), found, softmax_all)
+
+    def _box_scales(self, h: int, w: int) -> np.ndarray:
+        """Each box's (w, h) scale on an h x w map; reciprocals as in Yolov3DetectionOutput:
+        the closest to ncnn's build. Kept per map size: the same few come at every forward."""
+        known: dict[tuple[int, int], np.ndarray] = self.__dict__.setdefault("_scales", {})
+        if (h, w) not in known:
+            known[(h, w)] = self._scales_for(h, w)
+        return known[(h, w)]
+
+    def _scales_for(self, h: int, w: int) -> np.ndarray:
         inv_w, inv_h = _ONE / _F32(w), _ONE / _F32(h)
-        anchors = [
-            (_F32(self.biases[2 * pp]) * inv_w, _F32(self.biases[2 * pp + 1]) * inv_h)
-            for pp in range(self.num_box)
-        ]
-        self._add_decoded(blob, anchors, found, softmax_all)
+        scales = np.array(
+            [
+                (_F32(self.biases[2 * pp]) * inv_w, _F32(self.biases[2 * pp + 1]) * inv_h)
+                for pp in range(self.num_box)
+            ],
+            _F32,
+        )
+        scales.flags.writeable = False
+        return scales
 
 
 @register_layer("Yolov3DetectionOutput")

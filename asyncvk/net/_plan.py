@@ -275,7 +275,7 @@ class Plan:
     def _read(self, blob: int) -> np.ndarray:
         shape = self.shapes[blob]
         source = self._readback.get(blob) or self._views[self.root.get(blob, blob)]
-        n = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
+        n = math.prod(shape) * self.dtype.itemsize  # not np.prod: 5 us a call, every run
         raw = np.frombuffer(source.view()[:n], dtype=self.dtype).reshape(shape)
         return raw.astype(np.float32)
 
