@@ -100,7 +100,7 @@ async def open_net(config: RunConfig) -> OpenNet:
     await net.load_model(config.model, progress=config.progress)
     report["load_model_s"] = time.perf_counter() - t0
     if client_import is not None:
-        await client_import  # done long since: the load's own probe came after it
+        await client_import  # done long since: it started before load_param
     if net.cache_status is not None:
         report["cache_loaded"] = net.cache_status.get("loaded", False)
         report["cache_reason"] = net.cache_status.get("reason", "")

@@ -90,6 +90,44 @@ async def test_the_save_after_a_load_leaves_the_first_requests_alone(
                     await asyncio.sleep(0.05)
 
 
+async def test_a_reload_saves_the_last_load_first(
+    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second load_model before the first load's save has run saves the first load's
+    cache, before its own folder opens (no orphaned save to race the new one)."""
+    from asyncvk.net import _net
+
+    monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", 3600.0)
+    folder = tmp_path / "cache"
+    with PipelineCache(device) as shared:
+        option = Option(pipeline_cache=shared, cache_dir=folder, graph_key="cunet")
+        async with Net(option) as net:
+            await _load(net, "cunet")
+            assert _saved_entries(folder, "cunet", device) == 0
+            await net.load_model(MODELS / "cunet" / "model.bin")
+            assert _saved_entries(folder, "cunet", device) > 0
+
+
+async def test_a_bare_close_drops_the_save_still_waiting(
+    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``close()`` saves nothing more (``aclose()`` is the one that saves): the save after
+    load, still waiting out its delay, is cancelled with the rest instead of left pending."""
+    from asyncvk.net import _net
+
+    monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", 3600.0)
+    folder = tmp_path / "cache"
+    with PipelineCache(device) as shared:
+        net = Net(Option(pipeline_cache=shared, cache_dir=folder, graph_key="cunet"))
+        await _load(net, "cunet")
+        pending = net._pending_save
+        assert pending is not None and not pending.done()
+        net.close()
+        await asyncio.sleep(0)
+        assert pending.cancelled()
+        assert _saved_entries(folder, "cunet", device) == 0
+
+
 async def test_aclose_flushes_what_the_interval_has_not_saved_yet(
     device: VulkanDevice, tmp_path: Path
 ) -> None:

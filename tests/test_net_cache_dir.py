@@ -113,6 +113,30 @@ async def test_an_empty_folder_loads_without_hashing_the_weights(
         cache.close()
 
 
+async def test_a_model_file_gone_before_the_save_is_no_save_and_no_error(
+    device: VulkanDevice, tmp_path: Path
+) -> None:
+    """The fingerprint is read at the first save, after the load: a model file moved or
+    deleted by then means nothing is saved, not an exception out of the saver."""
+    from asyncvk.cache._pipeline_cache import PipelineCache
+    from asyncvk.net._cache_folder import ModelCacheFolder
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("model.param", "model.bin"):
+        shutil.copy(MODEL / name, model / name)
+    sources = (str(model / "model.param"), str(model / "model.bin"))
+    cache = PipelineCache(device)
+    try:
+        folder = await ModelCacheFolder.open(tmp_path / "c", "k", cache, *sources)
+        (model / "model.bin").unlink()
+        result = await folder.save(cache)
+        assert not result.ok and "not saved" in result.reason
+        assert any("model fingerprint" in p for p in folder.directory.problems)
+    finally:
+        cache.close()
+
+
 def test_eight_processes_load_and_save_one_key(model_copy: Path, tmp_path: Path) -> None:
     cache_dir = tmp_path / "cache"
     cmd = [

@@ -5,6 +5,7 @@ redis-py."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,6 +68,7 @@ def test_an_address_is_read_as_redis_py_reads_it(url: str) -> None:
         "redis://cache:6379/0?health_check_interval=30",  # an option only redis-py reads
         "redis://cache:6379/zero",
         "unix://",
+        "redis://user@cache:6379/0",  # redis-py logs in as user with an empty password
     ],
 )
 def test_a_url_only_redis_py_reads_keeps_redis_py(url: str) -> None:
@@ -190,3 +192,45 @@ async def test_a_push_imports_redis_py_and_writes_through_it(tmp_path: Path) -> 
     finally:
         await tier.aclose()
         srv.stop()
+
+
+async def test_a_read_cancelled_midway_leaves_no_reply_for_the_next(
+    locked: RedisServer,
+) -> None:
+    """A load cancelled while its replies arrive: the connection goes with them, so the next
+    read gets its own values, not the rest of the cancelled one's."""
+    with locked.client() as c:
+        c.set("big", b"x" * (1 << 20))
+        c.set("a", b"value a")
+    store, redis_py = _stores(f"redis://:{QUOTED}@127.0.0.1:{locked.port}/0")
+    await redis_py.aclose()
+    try:
+        assert await store.get_many(["a"], 10) == [b"value a"]  # connected
+        reads = store._reads  # type: ignore[attr-defined]
+        reader = reads._stream[0]
+        real_read = reader.read
+        calls = 0
+
+        async def cancelled_after_one_chunk(n: int = -1) -> bytes:
+            nonlocal calls
+            calls += 1
+            if calls > 1:
+                raise asyncio.CancelledError
+            return await real_read(n)
+
+        reader.read = cancelled_after_one_chunk
+        with pytest.raises(asyncio.CancelledError):
+            await store.get_many(["big", "big", "big"], 1 << 21)
+        assert calls == 2
+        assert await store.get_many(["a", "absent"], 10) == [b"value a", None]
+    finally:
+        await store.aclose()
+
+
+async def test_a_name_that_does_not_resolve_is_named_so() -> None:
+    settings = parse_remote_url("redis://no-such-host.invalid:6379/0?connect_timeout=2")
+    store = FastReadRedisStore(settings, read_address(settings.url) or RedisAddress())
+    with pytest.raises(RemoteStoreError) as caught:
+        await store.get_many(["a"], 10)
+    await store.aclose()
+    assert "unknown error" not in str(caught.value), caught.value

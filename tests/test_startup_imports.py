@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -158,6 +159,9 @@ def test_with_a_remote_cache_the_set_up_waits_unless_the_store_is_down(
         assert local_cache_empty(None, str(tmp_path / "absent")) and local_cache_empty(None, None)
         assert local_cache_empty(str(tmp_path / "absent.vkcache"), str(tmp_path / "full"))
         assert not local_cache_empty(str(tmp_path / "full" / "x"), None)
+        with monkeypatch.context() as m:  # unreadable (as root, permissions do not stop it)
+            m.setattr(os, "scandir", lambda _: (_ for _ in ()).throw(PermissionError(13, "no")))
+            assert local_cache_empty(None, str(tmp_path / "full"))
         param = str(MODELS / "squeezenet" / "model.param")
         for url, started in ((server.url, "False"), (down, "True"), ("", "True")):
             assert _fresh(PREPARED_BY_THE_CLI, url) == started, url

@@ -158,7 +158,11 @@ class CacheDirectory(FolderFiles):
         """
         if not self._ensure() or not self.writable:
             return None
-        fingerprint = _value(fingerprint)
+        try:  # the model's files are read now: one moved or deleted since the load is no save
+            fingerprint = _value(fingerprint)
+        except OSError as exc:
+            self.problems.append(f"model fingerprint: {exc.strerror or exc}")
+            return None
         stem = key_stem(graph_key)
         name = f"{stem}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}_{random_token()}.vkcache"
         written = False

@@ -47,9 +47,12 @@ def local_cache_empty(cache_file: str | None, cache_dir: str | None) -> bool:
     if cache_file is not None:
         return not os.path.exists(cache_file)
     folder = None if cache_dir is None else os.path.expanduser(cache_dir)
-    if folder is not None and os.path.isdir(folder):
-        with os.scandir(folder) as entries:
-            return not any(entries)
+    try:
+        if folder is not None and os.path.isdir(folder):
+            with os.scandir(folder) as entries:
+                return not any(entries)
+    except OSError:  # unreadable: the load cannot use it either (the folder code says why)
+        pass
     return True
 
 

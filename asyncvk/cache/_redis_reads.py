@@ -48,7 +48,8 @@ class RedisAddress:
 
 def read_address(url: str) -> RedisAddress | None:
     """The address of a ``redis://`` or ``unix://`` URL, or None when reading it needs redis-py
-    (``rediss://``, a connection option other than ``db``, a database that is not a number)."""
+    (``rediss://``, a connection option other than ``db``, a database that is not a number, a
+    user without a password)."""
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "unix"):
         return None
@@ -64,6 +65,8 @@ def read_address(url: str) -> RedisAddress | None:
         return None
     username = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password else None
+    if username is not None and password is None:
+        return None  # redis-py logs in as that user with an empty password: its way, then
     if parts.scheme == "unix":
         if not parts.path:
             return None
@@ -114,6 +117,9 @@ class RedisReads:
                 raise RemoteStoreError(
                     f"{what} on {self.settings.display}: {_describe(exc)}"
                 ) from exc
+            except BaseException:  # cancelled mid-read: the replies still coming are not ours
+                self._abandon()
+                raise
 
     async def _exchange(self, commands: Sequence[bytes]) -> list[Any]:
         if self._stream is None:
@@ -160,6 +166,12 @@ class RedisReads:
             replies.append(reply)
         return replies
 
+    def _abandon(self) -> None:
+        """Close the connection now, without waiting (a cancelled request cannot wait)."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream[1].close()
+
     async def _drop(self) -> None:
         stream, self._stream = self._stream, None
         if stream is None:
@@ -182,8 +194,10 @@ class _ServerError(Exception):
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) and not str(exc):
         return "timed out"
-    if isinstance(exc, OSError) and exc.errno:
+    if isinstance(exc, OSError) and exc.errno and exc.errno > 0:
         return os.strerror(exc.errno).lower()
+    if isinstance(exc, OSError) and exc.strerror:  # a name lookup's (errno < 0)
+        return exc.strerror
     if isinstance(exc, _ServerError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"

@@ -133,6 +133,10 @@ class Net:
         if self.graph is None:
             raise ModelFormatError("load_param must be called before load_model")
         await self._retire_model()
+        if self._pending_save is not None:  # the previous load's save, now, before this load
+            self._save_due.set()
+            pending_save, self._pending_save = self._pending_save, None
+            await pending_save
         if self._pending_push is not None:  # the previous load's push, before this load's
             pending, self._pending_push = self._pending_push, None
             await pending
@@ -215,9 +219,14 @@ class Net:
             return  # warm from a cache file: nothing to compile, most likely
         # only a load that may compile needs it; with a remote cache, only if it is down
         from ..cache._early_setup import local_cache_empty, prepare_compiler_unless_served
+        from ..cache._remote_url import configured_remote_url
 
         folder = self.opt.cache_dir
-        local_empty = local_cache_empty(None, None if folder is None else os.fspath(folder))
+        local_empty = (
+            local_cache_empty(None, None if folder is None else os.fspath(folder))
+            if configured_remote_url(self.opt.remote_cache)[0]  # only asked with a remote cache
+            else True
+        )
         prepare_compiler_unless_served(self.opt.remote_cache, local_empty)
 
     # -- the cache folder ----------------------------------------------------------------------
@@ -327,6 +336,8 @@ class Net:
             self._autosaver.cancel()  # aclose() flushed it; a bare close() saves nothing more
         if self._pending_push is not None:
             self._pending_push.cancel()  # likewise: aclose() waited for it
+        if self._pending_save is not None:
+            self._pending_save.cancel()  # the save after load, still waiting: aclose() saves
         gpu_model, self.gpu_model = self.gpu_model, None
         if gpu_model is not None:
             self._commands_before += gpu_model.commands_recorded
