@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -25,7 +24,14 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import hiredis
 
 from .._threads import run_sync
-from ._remote_store import BadValue, RemoteSettings, RemoteStore, RemoteStoreError, WriteOutcome
+from ._remote_store import (
+    BadValue,
+    RemoteSettings,
+    RemoteStore,
+    RemoteStoreError,
+    WriteOutcome,
+    os_reason,
+)
 
 #: The query parameters redis-py would read that this connection reads the same way.
 _READ_PARAMETERS = frozenset({"db"})
@@ -194,10 +200,8 @@ class _ServerError(Exception):
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) and not str(exc):
         return "timed out"
-    if isinstance(exc, OSError) and exc.errno and exc.errno > 0:
-        return os.strerror(exc.errno).lower()
-    if isinstance(exc, OSError) and exc.strerror:  # a name lookup's (errno < 0)
-        return exc.strerror
+    if isinstance(exc, OSError) and (exc.errno or exc.strerror):
+        return os_reason(exc)
     if isinstance(exc, _ServerError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"

@@ -13,7 +13,6 @@ packages' metadata (19 ms on a 2-core machine) unless it is given.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -25,7 +24,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from ._remote_store import BadValue, RemoteSettings, RemoteStoreError, WriteOutcome
+from ._remote_store import BadValue, RemoteSettings, RemoteStoreError, WriteOutcome, os_reason
 
 #: SET (PX when ARGV[4] > 0) where KEYS[1] holds exactly the bad value (length ARGV[3], SHA-1
 #: ARGV[2]) or nothing; a script runs alone on the server. The length first: another writer's
@@ -171,5 +170,5 @@ def _describe(exc: BaseException) -> str:
         return "timed out"
     cause = exc.__cause__ or exc.__context__
     if isinstance(cause, OSError) and cause.errno:
-        return f"{os.strerror(cause.errno).lower()} ({type(exc).__name__}: {exc})"
+        return f"{os_reason(cause)} ({type(exc).__name__}: {exc})"
     return f"{type(exc).__name__}: {exc}"

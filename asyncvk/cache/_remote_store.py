@@ -216,6 +216,13 @@ def _check_store_module(settings: RemoteSettings) -> None:
         raise _missing_package(settings)
 
 
+def os_reason(exc: OSError) -> str:
+    """The system's words for an OSError ("connection refused"); a name lookup's errno is
+    negative, and os.strerror would call it "unknown error -2"."""
+    errno = exc.errno or 0
+    return os.strerror(errno).lower() if errno > 0 else (exc.strerror or str(exc))
+
+
 async def probe_store(settings: RemoteSettings) -> None:
     """Connect to the store's host and port with the standard library and hang up, so that a
     server that is down costs neither the Redis client's imports (~0.2 s, which slowed every
@@ -232,9 +239,7 @@ async def probe_store(settings: RemoteSettings) -> None:
     except TimeoutError:
         raise RemoteStoreError(f"connect to {settings.display}: timed out") from None
     except OSError as exc:
-        errno = exc.errno or 0  # a name lookup's are negative
-        reason = os.strerror(errno).lower() if errno > 0 else (exc.strerror or str(exc))
-        raise RemoteStoreError(f"connect to {settings.display}: {reason}") from exc
+        raise RemoteStoreError(f"connect to {settings.display}: {os_reason(exc)}") from exc
     writer.close()
     try:
         await writer.wait_closed()
