@@ -65,21 +65,16 @@ async def open_net(config: RunConfig) -> OpenNet:
         num_compile_threads=config.compile_threads,
         remote_cache=config.remote_cache,
     )
+    if not config.cache_file and config.cache_dir and config.graph_key:
+        # given now, not once the device is open: load_param's compiler rule reads the folder
+        opt.cache_dir, opt.graph_key = config.cache_dir, config.graph_key
     net = Net(opt)
     # The compiler's set-up (glslang's first compile, ~80 ms on a thread): the CLI's first lines
     # start it for a run that will compile. A cache file is attached only after load_param, so
     # the rule (no SPIR-V loaded: set it up) is applied then; a warm run starts none (on
     # lavapipe's 2-core machine it slowed that run's load by 25 ms).
     warm_file = config.cache_file is not None and os.path.exists(config.cache_file)  # noqa: ASYNC240
-    # with a remote cache, a local cache that holds anything most likely serves the load, and
-    # an empty one leaves the choice to the store's answer (cache/_early_setup.py)
-    from .cache._early_setup import local_cache_empty
-    from .cache._remote_url import configured_remote_url
-
-    served = bool(configured_remote_url(config.remote_cache)[0]) and not local_cache_empty(
-        config.cache_file, config.cache_dir
-    )
-    net._compiler_at_load_param = not warm_file and not served
+    net._compiler_at_load_param = not warm_file
     client_import = None if config.cpu else _remote_client_import(config)
     t0 = time.perf_counter()
     await net.load_param(config.param)
@@ -161,9 +156,6 @@ def _open_gpu_cache(
         report["cache_reason"] = result.reason
         report["cache_entries_used"] = result.entries_used
         report["cache_entries_skipped"] = result.entries_skipped
-    elif config.cache_dir and config.graph_key:
-        opt.cache_dir = config.cache_dir
-        opt.graph_key = config.graph_key
     return cache
 
 

@@ -53,10 +53,10 @@ def _prepare_compiler(args: argparse.Namespace) -> None:
     critical path: every compile of the load waited for it. With a remote cache that answers,
     none (``set_up_early``)."""
     try:
-        from .cache._early_setup import local_cache_empty, set_up_early
+        from .cache._early_setup import set_up_early
 
-        local = local_cache_empty(getattr(args, "cache", None), getattr(args, "cache_dir", None))
-        if not set_up_early(getattr(args, "remote_cache", None), local):
+        local = getattr(args, "cache", None), getattr(args, "cache_dir", None)
+        if not set_up_early(getattr(args, "remote_cache", None), *local):
             return
         from .shader._compiler import prepare_compiler
 

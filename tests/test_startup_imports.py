@@ -150,10 +150,13 @@ def test_with_a_remote_cache_the_set_up_waits_unless_the_store_is_down(
         assert set_up_early(None) and set_up_early("")
         assert set_up_early(down) and set_up_early(f"unix://{tmp_path / 'absent.sock'}")
         assert set_up_early("ftp://not-a-store")  # the load reports it, and compiles
-        assert not set_up_early(down, local_empty=False)  # the local cache most likely serves
         (tmp_path / "full").mkdir()
         (tmp_path / "full" / "x").write_bytes(b"")
         (tmp_path / "empty").mkdir()
+        # a local cache that holds anything most likely serves the load: the store is not asked
+        assert not set_up_early(down, cache_dir=str(tmp_path / "full"))
+        assert not set_up_early(down, cache_file=str(tmp_path / "full" / "x"))
+        assert set_up_early(down, cache_dir=str(tmp_path / "empty"))
         assert not local_cache_empty(None, str(tmp_path / "full"))
         assert local_cache_empty(None, str(tmp_path / "empty"))
         assert local_cache_empty(None, str(tmp_path / "absent")) and local_cache_empty(None, None)

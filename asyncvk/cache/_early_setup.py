@@ -56,15 +56,17 @@ def local_cache_empty(cache_file: str | None, cache_dir: str | None) -> bool:
     return True
 
 
-def set_up_early(remote_cache: str | None, local_empty: bool = True) -> bool:
+def set_up_early(
+    remote_cache: str | None, cache_file: str | None = None, cache_dir: str | None = None
+) -> bool:
     """True without a remote cache (``remote_cache``, or the environment's). With one: False
-    when the local cache is not empty (it or the store most likely holds everything) or the
-    store answers (asked once per process), True when it does not. May block for the connect
-    timeout: call it on a thread."""
+    when the local cache (``cache_file``, else ``cache_dir``) is not empty, since it or the
+    store most likely holds everything, or when the store answers (asked once per process);
+    True when it does not. May block for the connect timeout: call it on a thread."""
     url, where = configured_remote_url(remote_cache)
     if not url:
         return True
-    if not local_empty:
+    if not local_cache_empty(cache_file, cache_dir):
         return False
     with _probe_lock:
         if url not in _answered:
@@ -78,7 +80,7 @@ def set_up_early(remote_cache: str | None, local_empty: bool = True) -> bool:
         return not _answered[url]
 
 
-def prepare_compiler_unless_served(remote_cache: str | None, local_empty: bool) -> None:
+def prepare_compiler_unless_served(remote_cache: str | None, cache_dir: str | None) -> None:
     """Start glslang's set-up now, or with a remote cache, on a thread once
     :func:`set_up_early` says so."""
     if not configured_remote_url(remote_cache)[0]:
@@ -88,7 +90,7 @@ def prepare_compiler_unless_served(remote_cache: str | None, local_empty: bool) 
         return
 
     def probe_then_prepare() -> None:
-        if set_up_early(remote_cache, local_empty):
+        if set_up_early(remote_cache, cache_dir=cache_dir):
             # its binding takes 5 ms to load on the H100: only for a set-up
             from ..shader._compiler import prepare_compiler
 

@@ -218,16 +218,12 @@ class Net:
         if cache is not None and cache.statistics().spirv_entries:
             return  # warm from a cache file: nothing to compile, most likely
         # only a load that may compile needs it; with a remote cache, only if it is down
-        from ..cache._early_setup import local_cache_empty, prepare_compiler_unless_served
-        from ..cache._remote_url import configured_remote_url
+        from ..cache._early_setup import prepare_compiler_unless_served
 
         folder = self.opt.cache_dir
-        local_empty = (
-            local_cache_empty(None, None if folder is None else os.fspath(folder))
-            if configured_remote_url(self.opt.remote_cache)[0]  # only asked with a remote cache
-            else True
+        prepare_compiler_unless_served(
+            self.opt.remote_cache, None if folder is None else os.fspath(folder)
         )
-        prepare_compiler_unless_served(self.opt.remote_cache, local_empty)
 
     # -- the cache folder ----------------------------------------------------------------------
 
