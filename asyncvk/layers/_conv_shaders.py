@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from ..gpu._info import GpuInfo
+from ._device_choice import on_cpu_devices
 
 #: Where ungrouped convolutions run the tiled shader: "cpu" devices, "always" or "never".
 TILED_SHADER = "cpu"
@@ -74,7 +75,7 @@ _SUBGROUP_FEATURE_ARITHMETIC = 0x4
 
 def tiled(info: GpuInfo) -> bool:
     """Whether an ungrouped layer runs convolution_tiled.comp on ``info``'s device."""
-    return TILED_SHADER == "always" or (TILED_SHADER == "cpu" and info.is_cpu)
+    return on_cpu_devices(TILED_SHADER, info)
 
 
 def tiled_groups(output: tuple[int, ...]) -> tuple[int, int, int]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
+from ._device_choice import on_cpu_devices
 from ._gpu_api import GpuBlob, PipelineSpec, RecordContext, capped_groups, pack_push
 
 #: gemm.comp: invocations per workgroup along (columns, rows); each computes 4x4 outputs.
@@ -59,7 +60,7 @@ def tiled_gemm_fits(info: GpuInfo) -> bool:
     smallest = info.min_subgroup_size or info.subgroup_size
     largest = max(info.max_subgroup_size, info.subgroup_size)
     broadcast = bool(info.subgroup_operations & _SUBGROUP_FEATURE_BALLOT)
-    wanted = TILED_GEMM == "always" or (TILED_GEMM == "cpu" and info.is_cpu)
+    wanted = on_cpu_devices(TILED_GEMM, info)
     return wanted and broadcast and 8 <= smallest <= largest <= 64
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..gpu._info import GpuInfo
 from ._base import BlobCount, Layer
+from ._device_choice import on_cpu_devices
 from ._geometry import shape4
 from ._gpu_api import (
     GpuBlob,
@@ -186,7 +187,7 @@ FLAT_SHADER = "cpu"
 
 def flat_offered(info: GpuInfo) -> bool:
     """Whether BinaryOp and Eltwise get ``binary_flat.comp`` on ``info``'s device."""
-    return FLAT_SHADER == "always" or (FLAT_SHADER == "cpu" and info.is_cpu)
+    return on_cpu_devices(FLAT_SHADER, info)
 
 
 def _walks_flat(strides: tuple[int, int, int, int], shape: Shape) -> bool:

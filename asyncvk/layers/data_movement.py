@@ -19,6 +19,7 @@ import numpy as np
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
 from ._base import BlobCount, Layer, ShareInputOnGpu
+from ._device_choice import on_cpu_devices
 from ._geometry import shape4
 from ._gpu_api import (
     GpuBlob,
@@ -181,9 +182,7 @@ def copies_chosen(info: GpuInfo, runs: int) -> bool:
     lavapipe runs a copy as a memcpy: rrdb's 240 channel Concats (24-48k values each) took
     0.33-0.74 ms each as ``concat.comp`` dispatches (per-lane loads, an integer division and
     an 8-way branch per value), 145 of 633 ms. A GPU keeps the one dispatch."""
-    if CONCAT_COPIES == "never" or runs > MOST_COPIES:
-        return False
-    return CONCAT_COPIES == "always" or info.is_cpu
+    return runs <= MOST_COPIES and on_cpu_devices(CONCAT_COPIES, info)
 
 
 def _copy_runs(

@@ -1,0 +1,14 @@
+"""The rule of the shader and recording choices that win on CPU devices (lavapipe) only.
+
+Each such choice is a module setting read at every decision, so a test can force it: "cpu"
+(the default: CPU devices take it, GPUs do not), "always" or "never".
+"""
+
+from __future__ import annotations
+
+from ..gpu._info import GpuInfo
+
+
+def on_cpu_devices(setting: str, info: GpuInfo) -> bool:
+    """Whether a choice set to ``setting`` is taken on ``info``'s device."""
+    return setting == "always" or (setting == "cpu" and info.is_cpu)
