@@ -99,15 +99,23 @@ class TestForms:
         assert bias[0] == 0.5 and mb.remaining == 0
         mb.check_end()
 
-    def test_arrays_are_owned_copies(self) -> None:
+    def test_arrays_outlive_the_callers_buffer(self) -> None:
         data = bytearray(_f32(1.0, 2.0) + _tag(TAG_FP16) + _f16(3.0))
         mb = ModelBinReader(data)
         raw, half = mb.load(2, 1), mb.load(1, 0)
         data[:] = b"\xff" * len(data)  # the caller reuses its buffer
         np.testing.assert_array_equal(raw, [1.0, 2.0])
         assert half[0] == 3.0
-        raw[0] = 7.0  # writable, and private to the caller
-        assert raw.flags.writeable and raw.flags.owndata
+
+    def test_raw_floats_are_read_only_views(self) -> None:
+        """No copy of raw float32 weights (vgg16's 553 MB), and none can be changed in place:
+        the next layer's weights share the buffer."""
+        mb = ModelBinReader(_f32(1.0, 2.0) + _f32(3.0))
+        raw, following = mb.load(2, 1), mb.load(1, 1)
+        assert not raw.flags.owndata and raw.base is not None
+        with pytest.raises(ValueError, match="read-only"):
+            raw[0] = 7.0
+        assert following[0] == 3.0
 
     def test_little_endian_regardless_of_host(self) -> None:
         mb = ModelBinReader(b"\x00\x00\x80\x3f")  # 1.0f little-endian

@@ -41,13 +41,18 @@ def _align4(n: int) -> int:
 class ModelBinReader:
     """Reads weights from one in-memory buffer; errors name the file, the layer and the offset.
 
-    Set ``current_layer`` before each layer's ``load_model`` so that errors name it. Every
-    array returned is a fresh float32 copy, safe to keep and to modify.
+    Set ``current_layer`` before each layer's ``load_model`` so that errors name it. Raw
+    float32 weights come back as read-only views of the file's bytes, not copies: a copy of
+    every weight doubled the host work of a large model (vgg16's 553 MB: about 1 s of page
+    faults and copying on a 2-core machine). The buffer is immutable (a caller's writable one
+    is copied once), so the views never change. Converted weights (fp16, int8, codebook) are
+    fresh arrays. A layer that changes weights makes its own array.
     """
 
     def __init__(self, data: bytes | bytearray | memoryview, source: str = "<bytes>") -> None:
         view = memoryview(data)
-        if not view.c_contiguous:
+        if not view.c_contiguous or not view.readonly:
+            # weights are views of this buffer: a caller's buffer it may reuse is copied once
             view = memoryview(view.tobytes())
         self.data = view.cast("B")
         self.source = source
@@ -85,7 +90,8 @@ class ModelBinReader:
         return len(self.data) - self.offset
 
     def load(self, w: int, type: int) -> np.ndarray:
-        """Read ``w`` values as a new 1-D float32 array (ncnn ``ModelBin::load(w, type)``)."""
+        """Read ``w`` values as a 1-D float32 array (ncnn ``ModelBin::load(w, type)``); raw
+        float32 ones are read-only views."""
         return self._load(w, type, int8=False)
 
     def load_int8_or_float(self, w: int) -> np.ndarray:
@@ -132,7 +138,10 @@ class ModelBinReader:
             )
 
     def _floats(self, w: int, what: str) -> np.ndarray:
-        return np.frombuffer(self._take(w * 4, f"{what} for {w} values"), "<f4").astype(np.float32)
+        values = np.frombuffer(self._take(w * 4, f"{what} for {w} values"), "<f4")
+        if values.dtype != np.float32:  # a big-endian host: swapped into a new array
+            return values.astype(np.float32)
+        return values  # read-only: the reader's buffer is immutable
 
     def _take(self, n: int, what: str) -> memoryview:
         if n > self.remaining:
