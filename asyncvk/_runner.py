@@ -167,6 +167,7 @@ def cache_counters(opened: OpenNet) -> dict[str, Any]:
         "shape_baked_pipelines": stats.shape_baked_pipelines,
         "gpu_layers": stats.gpu_layers,
         "cpu_layers": stats.cpu_layers,
+        "weights_read_early": stats.weights_read_early,
     }
     if cache is not None:
         s = cache.statistics()

@@ -95,6 +95,15 @@ def _start_opening_device(args: argparse.Namespace) -> None:
         ).start()
 
 
+def _start_reading_weights(args: argparse.Namespace) -> None:
+    """For commands that load one model: read its ``.bin`` now, on a thread, beside the imports
+    (the load takes the bytes if the file is unchanged since; see ``net._weights_prefetch``)."""
+    if args.func in _LOAD_COMMANDS and isinstance(getattr(args, "bin", None), str):
+        from .net._weights_prefetch import start_reading
+
+        start_reading(args.bin)
+
+
 # -- parser -------------------------------------------------------------------------------------
 
 
@@ -351,6 +360,9 @@ _DEVICE_COMMANDS: set[Callable[[argparse.Namespace], int]] = {
 }
 
 
+#: Commands that load the one model their arguments name: its weights are read at once.
+_LOAD_COMMANDS: set[Callable[[argparse.Namespace], int]] = {cmd_run, cmd_bench, cmd_cache_warm}
+
 #: Set by main: True when the command must exit the ordinary way (serve).
 _exit_plain: list[bool] = []
 
@@ -364,6 +376,7 @@ def main(argv: Sequence[str] | None = None, *, release_at_exit: bool = True) -> 
     args.release_at_exit = release_at_exit
     _exit_plain.append(args.func is cmd_serve)
     _start_opening_device(args)
+    _start_reading_weights(args)
     try:
         return int(args.func(args))
     except (AsyncVkError, OSError, ValueError, KeyError, MemoryError) as exc:

@@ -27,6 +27,7 @@ from typing import IO, NoReturn
 import numpy as np
 
 from .._errors import ModelFormatError
+from ._weights_prefetch import take_early_read
 
 TAG_FP16 = 0x01306B47
 TAG_INT8 = 0x000D4B38
@@ -58,14 +59,22 @@ class ModelBinReader:
         self.source = source
         self.offset = 0
         self.current_layer: str | None = None
+        #: Whether the bytes came from a read started before the load (the CLI's).
+        self.read_early = False
 
     @classmethod
     def open(cls, source: str | os.PathLike[str] | bytes | IO[bytes]) -> ModelBinReader:
-        """Read a whole ``.bin`` from a path, its bytes, or a binary file object."""
+        """Read a whole ``.bin`` from a path (or take the CLI's early read of it, when the file
+        is unchanged since), its bytes, or a binary file object."""
         if isinstance(source, (bytes, bytearray, memoryview)):
             return cls(source)
         if isinstance(source, (str, os.PathLike)):
             name = os.fsdecode(source)
+            early = take_early_read(source)
+            if early is not None:
+                reader = cls(early, name)
+                reader.read_early = True
+                return reader
             try:
                 return cls(Path(source).read_bytes(), name)
             except (OSError, ValueError) as exc:

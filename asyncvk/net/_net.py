@@ -53,6 +53,8 @@ class LoadStatistics:
     shape_baked_pipelines: int = 0
     gpu_layers: int = 0
     cpu_layers: int = 0
+    #: The weights came from a read started before the load (the CLI's, at its first lines).
+    weights_read_early: bool = False
 
 
 def _read_source(source: str | os.PathLike[str] | bytes | IO[Any]) -> ModelSource:
@@ -163,7 +165,7 @@ class Net:
                 self._pending_push = asyncio.ensure_future(self._push_when_built(remote, cache))
         elif progress:
             progress(len(graph.nodes), len(graph.nodes))
-        self.load_stats = self._statistics(time.perf_counter() - start, read_s)
+        self.load_stats = self._statistics(time.perf_counter() - start, read_s, reader.read_early)
         self.loaded = True
 
     async def background_builds(self) -> None:
@@ -177,7 +179,7 @@ class Net:
         await self.background_builds()
         await remote.push(cache)
 
-    def _statistics(self, load_model_s: float, read_s: float) -> LoadStatistics:
+    def _statistics(self, load_model_s: float, read_s: float, read_early: bool) -> LoadStatistics:
         total = len(self.graph.nodes) if self.graph is not None else 0
         gpu = self.gpu_model
         times = gpu.load_times if gpu is not None else None
@@ -192,6 +194,7 @@ class Net:
             shape_baked_pipelines=times.shape_baked_pipelines if times else 0,
             gpu_layers=gpu_layers,
             cpu_layers=total - gpu_layers,
+            weights_read_early=read_early,
         )
 
     def _setup_device(self) -> None:
