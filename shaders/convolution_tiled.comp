@@ -1,16 +1,18 @@
 #version 450
-// Direct convolution for group == 1, tiled for memory-bound devices: one invocation computes
-// 8 output channels at 8 consecutive output columns. Each input value feeds 8 channels and each
+// Direct convolution, tiled for memory-bound devices: one invocation computes 8 output
+// channels of one group at 8 consecutive output columns. Each input value feeds 8 channels and each
 // weight vec4 8 columns, so a multiply-add costs 0.25 scalar loads instead of convolution.comp's
 // 2 (llvmpipe runs every per-lane load as a scalar loop). 8 columns rather than 4 (0.375 loads)
 // took cunet's convolutions 20-27% less time on lavapipe, spilled accumulators included.
 // A row's input columns are loaded once for every kx where that is fewer loads (a 3x3 kernel
 // at stride 1: 10 per row instead of 24): rrdb 440 -> 284 ms and resnet18 209 -> 155 ms CPU
 // per inference on lavapipe; 1x1 kernels and wide strides keep one load per tap and column.
-// Weights are repacked by the layer as [out_c / 8][in_c][kernel_h * kernel_w][8] (zero-padded
-// channels), read as two vec4 loads.
+// Weights are repacked by the layer as [group][out_c per group / 8][in_c per group]
+// [kernel_h * kernel_w][8] (each group's channels zero-padded to 8), read as two vec4 loads.
+// Groups (shufflenet's grouped 1x1 layers) ran convolution.comp, one output per invocation:
+// 20-24 ms a layer on lavapipe.
 // x = the 8-column block, row-major over the output map (x = row * blocks per row + block),
-// z = output channel / 8. llvmpipe runs the invocations of a workgroup 8 at a time along x, so a
+// z = group * (channel blocks per group) + channel block. llvmpipe runs the invocations of a workgroup 8 at a time along x, so a
 // flat x keeps every lane busy on a 7x7 map (an 8x8 workgroup of columns x rows used 2 of 8).
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
@@ -20,6 +22,7 @@ layout(constant_id = 2) const int dilation_w = 1;
 layout(constant_id = 3) const int dilation_h = 1;
 layout(constant_id = 4) const int stride_w = 1;
 layout(constant_id = 5) const int stride_h = 1;
+layout(constant_id = 6) const int group = 1;
 layout(constant_id = 7) const int bias_term = 0;
 layout(constant_id = 8) const int act_type = 0;
 layout(constant_id = 9) const float act_a = 0.0;
@@ -45,11 +48,15 @@ layout(push_constant) uniform Params {
 #include "activation.h"
 #include "index.h"
 
-// one block of 8 columns (tx) by 8 output channels (tz)
+// one block of 8 columns (tx) by 8 output channels (tz: the group's block, see main)
 void invoke(int tx, int oy, int tz) {
+    int outc_g = p.outc / group;
+    int inc_g = p.c / group;
+    int blocks_g = (outc_g + 7) / 8;
+    int g = tz / blocks_g;
     int ox0 = tx * 8;
-    int oc0 = tz * 8;
-    if (ox0 >= p.outw || oy >= p.outh || oc0 >= p.outc) return;
+    int oc0 = (tz - g * blocks_g) * 8;  // within the group
+    if (ox0 >= p.outw || oy >= p.outh || g >= group) return;
 
     const int maxk = kernel_w * kernel_h;
     vec4 a[8];  // [column] channels 0-3
@@ -57,10 +64,10 @@ void invoke(int tx, int oy, int tz) {
     for (int j = 0; j < 8; j++) { a[j] = vec4(0.0); b[j] = vec4(0.0); }
     int y0 = oy * stride_h - p.pad_top;
     int x0 = ox0 * stride_w - p.pad_left;
-    int wv = tz * p.c * maxk * 2;
+    int wv = tz * inc_g * maxk * 2;
     int plane_size = p.w * p.h;
-    for (int ic = 0; ic < p.c; ic++) {
-        int plane = ic * plane_size;
+    for (int ic = 0; ic < inc_g; ic++) {
+        int plane = (g * inc_g + ic) * plane_size;
         for (int ky = 0; ky < kernel_h; ky++) {
             int y = y0 + ky * dilation_h;
             bool yin = y >= 0 && y < p.h;
@@ -102,8 +109,8 @@ void invoke(int tx, int oy, int tz) {
         }
     }
     for (int i = 0; i < 8; i++) {
-        int oc = oc0 + i;
-        if (oc >= p.outc) break;
+        if (oc0 + i >= outc_g) break;
+        int oc = g * outc_g + oc0 + i;
         float bv = bias_term == 1 ? float(bias[oc]) : 0.0;
         int base = (oc * p.outh + oy) * p.outw;
         for (int j = 0; j < 8; j++) {
@@ -118,6 +125,7 @@ void main() {
     ivec3 id = ivec3(gl_GlobalInvocationID);
     ivec3 stride = grid_stride();
     int blocks = (p.outw + 7) / 8;  // TILE_OX in asyncvk/layers/_conv_shaders.py
-    for (int z = id.z; z < (p.outc + 7) / 8; z += stride.z)
+    int channel_blocks = group * ((p.outc / group + 7) / 8);  // tiled_groups in the layer
+    for (int z = id.z; z < channel_blocks; z += stride.z)
         for (int i = id.x; i < blocks * p.outh; i += stride.x) invoke(i % blocks, i / blocks, z);
 }

@@ -144,6 +144,20 @@ CASES: list[Case] = [
         [(4, 9, 9)],
         conv_weights(6, 4, 3, group=2),
     ),
+    # grouped layers through the tiled shader on CPU devices: shufflenet's grouped 1x1 (20
+    # channels a group, not a multiple of its 8), and a padded, strided 3x3 with 4 a group
+    Case(
+        "ConvolutionDepthWise",
+        "0=60 1=1 5=1 6=1200 7=3 9=1",
+        [(60, 5, 9)],
+        conv_weights(60, 60, 1, group=3),
+    ),
+    Case(
+        "ConvolutionDepthWise",
+        "0=8 1=3 3=2 4=1 5=1 6=216 7=2 9=2 -23310=1,0.1",
+        [(6, 9, 10)],
+        conv_weights(8, 6, 3, group=2),
+    ),
     Case("Deconvolution", "0=5 1=3 3=2 4=1 18=1 5=1 6=135 9=1", [(3, 5, 6)], conv_weights(5, 3, 3)),
     Case("Deconvolution", "0=4 1=2 3=2 5=1 6=48", [(3, 4, 5)], conv_weights(4, 3, 2)),
     Case(
@@ -354,8 +368,10 @@ async def test_every_convolution_shader(
     pure_depthwise = group > 1 and group == out_c == case.inputs[0][0]
     if pure_depthwise:
         want = "convolutiondepthwise"
-    elif choice == "tiled" and group == 1:
-        want = "convolution_tiled"
+    elif choice == "tiled" and (
+        group == 1 or out_c // group >= _conv_shaders.TILED_FEWEST_PER_GROUP
+    ):
+        want = "convolution_tiled"  # ungrouped, or enough channels a group (3 a group: not)
     elif choice == "splitk":
         want = "convolution_splitk"  # at any size when "always", grouped or not
     elif gemm and group == 1:

@@ -73,15 +73,21 @@ PIXELS = 4  # output pixels per subgroup
 _SUBGROUP_FEATURE_ARITHMETIC = 0x4
 
 
+#: fewest output channels per group for a grouped layer to run convolution_tiled.comp: each
+#: group's channels are padded to 8, so fewer than 4 would waste most of every invocation
+TILED_FEWEST_PER_GROUP = 4
+
+
 def tiled(info: GpuInfo) -> bool:
-    """Whether an ungrouped layer runs convolution_tiled.comp on ``info``'s device."""
+    """Whether a layer that the tiled shader can run does so on ``info``'s device."""
     return on_cpu_devices(TILED_SHADER, info)
 
 
-def tiled_groups(output: tuple[int, ...]) -> tuple[int, int, int]:
-    """Workgroups (column blocks of the whole map, 1, channel blocks) for ``output``."""
+def tiled_groups(output: tuple[int, ...], group: int = 1) -> tuple[int, int, int]:
+    """Workgroups (column blocks of the whole map, 1, channel blocks of every group)."""
     oc, oh, ow = output
-    return (math.ceil(math.ceil(ow / TILE_OX) * oh / TILED_LOCAL[0]), 1, math.ceil(oc / TILE_OC))
+    blocks = math.ceil(math.ceil(ow / TILE_OX) * oh / TILED_LOCAL[0])
+    return (blocks, 1, group * math.ceil(oc // group / TILE_OC))
 
 
 def deconv_tiled_groups(output: tuple[int, ...], strides: tuple[int, int]) -> tuple[int, int, int]:
@@ -93,15 +99,17 @@ def deconv_tiled_groups(output: tuple[int, ...], strides: tuple[int, int]) -> tu
     return (math.ceil(blocks / TILED_LOCAL[0]), 1, math.ceil(oc / TILE_OC))
 
 
-def pack_tiled(weight: np.ndarray, out_c: int, maxk: int) -> np.ndarray:
-    """(out_c, in_c, kh, kw) weights as the tiled shader reads them: [out_c / 8][in_c][maxk][8],
-    the 8 channels of one tap two consecutive vec4 (out_c padded with zeros)."""
-    in_c = weight.size // (out_c * maxk)
-    padded = -(-out_c // TILE_OC) * TILE_OC
-    packed = np.zeros((padded, in_c, maxk), np.float32)
-    packed[:out_c] = weight.reshape(out_c, in_c, maxk)
-    blocks = packed.reshape(padded // TILE_OC, TILE_OC, in_c, maxk)
-    return np.ascontiguousarray(blocks.transpose(0, 2, 3, 1)).reshape(-1)
+def pack_tiled(weight: np.ndarray, out_c: int, maxk: int, group: int = 1) -> np.ndarray:
+    """(out_c, in_c per group, kh, kw) weights as the tiled shader reads them:
+    [group][out_c per group / 8][in_c per group][maxk][8], the 8 channels of one tap two
+    consecutive vec4 (each group's out_c padded with zeros)."""
+    out_g = out_c // group
+    in_g = weight.size // (out_c * maxk)
+    padded = -(-out_g // TILE_OC) * TILE_OC
+    packed = np.zeros((group, padded, in_g, maxk), np.float32)
+    packed[:, :out_g] = weight.reshape(group, out_g, in_g, maxk)
+    blocks = packed.reshape(group, padded // TILE_OC, TILE_OC, in_g, maxk)
+    return np.ascontiguousarray(blocks.transpose(0, 1, 3, 4, 2)).reshape(-1)
 
 
 def bounds(kernel_w: int, kernel_h: int) -> tuple[int, int, int]:

@@ -189,9 +189,9 @@ _GEMM_KEYS = frozenset({"conv_gemm", "conv_gemm_sum"})
 class Convolution(ConvParams):
     """ncnn Convolution: params 0-6, 8-16, 18, 19; weights (out, in, kh, kw) then bias.
 
-    On CPU devices ungrouped convolutions run ``convolution_tiled.comp`` (8 channels x 4
-    columns per invocation, weights repacked for it); otherwise ``convolution.comp``, one output
-    per invocation."""
+    On CPU devices convolutions run ``convolution_tiled.comp`` (8 channels of a group x 8
+    columns per invocation, weights repacked for it) unless a group has fewer than 4 output
+    channels; otherwise ``convolution.comp``, one output per invocation."""
 
     pad_value = Param(18, float, 0.0)
     int8_scale_term = Param(8, int, 0)
@@ -310,7 +310,11 @@ class Convolution(ConvParams):
         return left, top
 
     def _tiled(self, info: GpuInfo) -> bool:
-        return self.group == 1 and _conv_shaders.tiled(info)
+        """Ungrouped layers, and grouped ones with enough output channels per group (not
+        depthwise ones: convolutiondepthwise.comp), on the devices the tiled shader wins on."""
+        per_group = self.num_output // self.group
+        fits = self.group == 1 or per_group >= _conv_shaders.TILED_FEWEST_PER_GROUP
+        return fits and _conv_shaders.tiled(info)
 
     def _splitk(self, info: GpuInfo) -> bool:
         """Whether this layer also gets convolution_splitk.comp (used when the output is small):
@@ -350,11 +354,10 @@ class Convolution(ConvParams):
         shader = self.shader(target.info)[0]
         pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
         specs = (*self.gpu_specs(), pad)
-        ungrouped = specs[:6] + specs[7:]  # only convolution.comp has the group constant (id 6)
+        ungrouped = specs[:6] + specs[7:]  # the shaders without the group constant (id 6)
         local = _conv_shaders.TILED_LOCAL if shader == "convolution_tiled" else _LOCAL_2D
-        pipelines = {
-            "conv": PipelineSpec(shader, specs if shader == "convolution" else ungrouped, local)
-        }
+        grouped = shader in ("convolution", "convolution_tiled")
+        pipelines = {"conv": PipelineSpec(shader, specs if grouped else ungrouped, local)}
         if self._splitk(target.info):  # beside convolution.comp, its group constant last
             pipelines["conv_splitk"] = PipelineSpec(
                 "convolution_splitk", (*ungrouped, self.group), _conv_shaders.LOCAL
@@ -381,7 +384,7 @@ class Convolution(ConvParams):
     def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
         if not self._tiled(info):
             return weight
-        return _conv_shaders.pack_tiled(weight, self.num_output, self.maxk)
+        return _conv_shaders.pack_tiled(weight, self.num_output, self.maxk, self.group)
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         def convolve(source: GpuBlob) -> None:
@@ -407,7 +410,8 @@ class Convolution(ConvParams):
             ctx.dispatch("conv_splitk", buffers, push, groups)
             return
         if self._tiled(ctx.info):
-            groups = capped_groups(_conv_shaders.tiled_groups(output.shape), ctx.info)
+            wanted = _conv_shaders.tiled_groups(output.shape, self.group)
+            groups = capped_groups(wanted, ctx.info)
             ctx.dispatch("conv", buffers, push, groups)
             return
         _, cols, chans = self.shader(ctx.info)
@@ -442,7 +446,7 @@ class ConvolutionDepthWise(Convolution):
 
     Pure depthwise layers (group == in_c == out_c) run ``convolutiondepthwise.comp``, which has
     no group constant, so every channel count shares one pipeline; other groupings run
-    ``convolution.comp`` (or the tiled shader when group == 1)."""
+    ``convolution.comp`` (or the tiled shader, as Convolution's choice says)."""
 
     group = Param(7, int, 1, limit=MAX_CHANNELS)
 

@@ -57,10 +57,12 @@ def positive_axis(axis: int, dims: int, what: str) -> int:
 
 
 def _probe(layer: Layer, shape: Shape, base: float) -> list[np.ndarray]:
-    """``layer.forward`` of an input holding its own element indexes (plus ``base``)."""
+    """``layer.forward`` of an input holding its own element indexes plus ``base``, in float32
+    (exact: every index is below 2^22)."""
     n = math.prod(shape)
-    x = (np.arange(n, dtype=np.float64) + base).astype(np.float32).reshape(shape)
-    return [np.asarray(o, np.float64) for o in layer.forward([x])]
+    x = np.arange(n, dtype=_F32).reshape(shape)
+    x += _F32(base)
+    return [np.asarray(o, _F32) for o in layer.forward([x])]
 
 
 class GatherOnGpu(Layer):
@@ -79,11 +81,23 @@ class GatherOnGpu(Layer):
         return {"gather": PipelineSpec("gather", (), local_size_1d(target.info))}
 
     def index_maps(self, shape: Shape) -> list[np.ndarray]:
-        """Per output, the input index each element copies (-1: the fill value)."""
+        """Per output, the input index each element copies (-1: the fill value).
+
+        The probe holds k + 0.5 at index k: an element that is not of that form is the fill.
+        One probe tells them apart unless the fill value is itself of that form (a Padding
+        value of 2.5); then a second probe, shifted by one, finds the elements that moved.
+        A plan builds one map per such layer, on the first inference's path (nanodet_m has
+        48), so the one probe counts.
+        """
+        fill = float(_F32(self.fill()))  # as the probe and the shader hold it
+        ambiguous = math.isfinite(fill) and (fill * 2) % 2 == 1
+        first = _probe(self, shape, 0.5)
+        second = _probe(self, shape, 1.5) if ambiguous else [None] * len(first)
         maps = []
-        for a, b in zip(_probe(self, shape, 0.5), _probe(self, shape, 1.5), strict=True):
-            moved = (b - a) == 1.0
-            maps.append(np.where(moved, np.floor(a), -1).astype(np.int32).reshape(-1))
+        for a, b in zip(first, second, strict=True):
+            index = np.floor(a)
+            moved = (a - index) == 0.5 if b is None else (b - a) == 1.0
+            maps.append(np.where(moved, index, -1).astype(np.int32).reshape(-1))
         return maps
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
