@@ -4,7 +4,10 @@
 // outputs (6 loads instead of 12 for a 3x3 stride-1 row), edges are branch-free, and the
 // channel is the shader's only weight row, so no group constant: one pipeline per
 // kernel/stride/dilation/activation serves every channel count.
-// Weights are [c][kernel_h][kernel_w]. x = output column / 4, y = output row, z = channel.
+// Weights are [c][kernel_h][kernel_w]. x = output column / 4, y = output row, z = channel;
+// with flat_columns (CPU devices) x = row * blocks per row + block and y is unused: llvmpipe
+// runs a workgroup's invocations 8 at a time along x, so an 8 x 8 workgroup of blocks x rows
+// kept 2 of 8 lanes busy on a 7 x 7 map (efficientnet_b0's 672- and 1152-channel layers).
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int kernel_w = 1;
@@ -18,6 +21,7 @@ layout(constant_id = 7) const int act_type = 0;
 layout(constant_id = 8) const float act_a = 0.0;
 layout(constant_id = 9) const float act_b = 0.0;
 layout(constant_id = 10) const float pad_value = 0.0;
+layout(constant_id = 11) const int flat_columns = 0;
 
 layout(binding = 0) readonly buffer In { sfp x_in[]; };
 layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
@@ -74,7 +78,13 @@ void invoke(int tx, int oy, int ch) {
 void main() {
     ivec3 id = ivec3(gl_GlobalInvocationID);
     ivec3 stride = grid_stride();
+    int blocks = (p.outw + 3) / 4;
+    if (flat_columns == 1) {
+        for (int z = id.z; z < p.outc; z += stride.z)
+            for (int i = id.x; i < blocks * p.outh; i += stride.x) invoke(i % blocks, i / blocks, z);
+        return;
+    }
     for (int z = id.z; z < p.outc; z += stride.z)
         for (int y = id.y; y < p.outh; y += stride.y)
-            for (int x = id.x; x < (p.outw + 3) / 4; x += stride.x) invoke(x, y, z);
+            for (int x = id.x; x < blocks; x += stride.x) invoke(x, y, z);
 }

@@ -316,6 +316,11 @@ class Convolution(ConvParams):
         fits = self.group == 1 or per_group >= _conv_shaders.TILED_FEWEST_PER_GROUP
         return fits and _conv_shaders.tiled(info)
 
+    def _flat_columns(self, info: GpuInfo) -> bool:
+        """Whether convolutiondepthwise.comp lays its column blocks out flat, one row after
+        another along x (see the shader), as the tiled shader does: on the same devices."""
+        return _conv_shaders.tiled(info)
+
     def _splitk(self, info: GpuInfo) -> bool:
         """Whether this layer also gets convolution_splitk.comp (used when the output is small):
         any grouping that runs convolution.comp (shufflenet's grouped 1x1 layers gave it 240
@@ -355,9 +360,14 @@ class Convolution(ConvParams):
         pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
         specs = (*self.gpu_specs(), pad)
         ungrouped = specs[:6] + specs[7:]  # the shaders without the group constant (id 6)
-        local = _conv_shaders.TILED_LOCAL if shader == "convolution_tiled" else _LOCAL_2D
-        grouped = shader in ("convolution", "convolution_tiled")
-        pipelines = {"conv": PipelineSpec(shader, specs if grouped else ungrouped, local)}
+        if shader == "convolutiondepthwise":  # its flat_columns constant (id 11)
+            flat = self._flat_columns(target.info)
+            local = _conv_shaders.TILED_LOCAL if flat else _LOCAL_2D
+            pipelines = {"conv": PipelineSpec(shader, (*ungrouped, int(flat)), local)}
+        else:
+            local = _conv_shaders.TILED_LOCAL if shader == "convolution_tiled" else _LOCAL_2D
+            grouped = shader in ("convolution", "convolution_tiled")
+            pipelines = {"conv": PipelineSpec(shader, specs if grouped else ungrouped, local)}
         if self._splitk(target.info):  # beside convolution.comp, its group constant last
             pipelines["conv_splitk"] = PipelineSpec(
                 "convolution_splitk", (*ungrouped, self.group), _conv_shaders.LOCAL
@@ -414,8 +424,12 @@ class Convolution(ConvParams):
             groups = capped_groups(wanted, ctx.info)
             ctx.dispatch("conv", buffers, push, groups)
             return
-        _, cols, chans = self.shader(ctx.info)
-        wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
+        shader, cols, chans = self.shader(ctx.info)
+        if shader == "convolutiondepthwise" and self._flat_columns(ctx.info):
+            blocks = math.ceil(ow / cols) * oh
+            wanted = (math.ceil(blocks / _conv_shaders.TILED_LOCAL[0]), 1, oc)
+        else:
+            wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
         ctx.dispatch("conv", buffers, push, capped_groups(wanted, ctx.info))
 
     def _record_gemm(
