@@ -333,6 +333,29 @@ async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
 
 
 CONV_CASES = [c for c in CASES if c.type.startswith("Convolution")]
+FLAT_CASES = [c for c in CASES if c.type in ("Pooling", "InnerProduct")]
+
+
+@pytest.mark.parametrize("flat", ["always", "never"])
+@pytest.mark.parametrize("case", FLAT_CASES, ids=[c.id for c in FLAT_CASES])
+async def test_flat_and_tiled_layouts(
+    device: VulkanDevice, case: Case, flat: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pooling.comp's outputs flat along x and innerproduct.comp's one output per invocation
+    (CPU devices), and their GPU layouts (8 x 8 tiles per channel, a workgroup per output),
+    all match the reference, whichever device runs the tests."""
+    from asyncvk.layers import innerproduct, pooling
+
+    module = pooling if case.type == "Pooling" else innerproduct
+    monkeypatch.setattr(module, "FLAT_OUTPUTS", flat)
+    param, weights = build(case)
+    inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
+    expected, cpu_net = await _run(case, False, inputs, param, weights)
+    await cpu_net.aclose()
+    got, gpu_net = await _run(case, True, inputs, param, weights)
+    await gpu_net.aclose()
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
 
 
 @pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk", "gemm"])

@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _int8
 from ._base import Layer, ModelBin, Shape
+from ._device_choice import on_cpu_devices
 from ._gpu_api import (
     GpuBlob,
     GpuTarget,
     PipelineSpec,
     RecordContext,
     blobs_and_weights,
+    capped_groups,
     fold_groups,
     pack_push,
 )
@@ -20,6 +24,11 @@ from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS
 from ._registry import register_layer
 from ._schema import Param, floats
 from .activation import fused_activation, gpu_activation, validate_activation
+
+#: innerproduct.comp with one output per invocation: "cpu" (CPU devices), "always" (tests) or
+#: "never" (a workgroup per output, reduced in shared memory)
+FLAT_OUTPUTS = "cpu"
+_FLAT_LOCAL = (8, 1, 1)
 
 
 @register_layer("InnerProduct")
@@ -115,18 +124,24 @@ class InnerProduct(Layer):
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         act = gpu_activation(self.activation_type, self.activation_params)
+        flat = on_cpu_devices(FLAT_OUTPUTS, target.info)
+        local = _FLAT_LOCAL if flat else (64, 1, 1)
         if not self.int8_scale_term:
-            spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
-            return {"ip": PipelineSpec("innerproduct", spec, (64, 1, 1))}
+            spec = (self.bias_term, act[0], float(act[1]), float(act[2]), int(flat))
+            return {"ip": PipelineSpec("innerproduct", spec, local)}
         # the float pass gives the integer sums; the int8 epilogue adds bias and activation
         epilogue = _int8.pipeline_specs(target, False, bool(self.bias_term), act)
-        return {"ip": PipelineSpec("innerproduct", (0, 0, 0.0, 0.0), (64, 1, 1)), **epilogue}
+        return {"ip": PipelineSpec("innerproduct", (0, 0, 0.0, 0.0, int(flat)), local), **epilogue}
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         def multiply(source: GpuBlob) -> None:
             push = pack_push("2i", source.size, self.num_output)
             bindings = blobs_and_weights(ctx, [source], outputs)
-            ctx.dispatch("ip", bindings, push, fold_groups(self.num_output, ctx.info))
+            if on_cpu_devices(FLAT_OUTPUTS, ctx.info):
+                wanted = (math.ceil(self.num_output / _FLAT_LOCAL[0]), 1, 1)
+                ctx.dispatch("ip", bindings, push, capped_groups(wanted, ctx.info))
+            else:
+                ctx.dispatch("ip", bindings, push, fold_groups(self.num_output, ctx.info))
 
         if self.int8 is None:
             multiply(inputs[0])
