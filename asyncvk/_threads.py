@@ -36,6 +36,12 @@ _lock = threading.Lock()
 _pools: dict[str, ThreadPoolExecutor] = {}
 
 
+def thread_pool(name: str, size: int) -> ThreadPoolExecutor:
+    """The process-wide pool ``name`` of ``size`` threads (for work split over threads that
+    lets go of the GIL, such as large copies)."""
+    return _pool(name, size)
+
+
 def _pool(name: str, size: int) -> ThreadPoolExecutor:
     """The process-wide pool ``name``, created on first use (threads start only when needed)."""
     with _lock:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from pipeline_requests import get_one
 
 from asyncvk.cache import PipelineCache, PipelineSpec
@@ -121,6 +122,32 @@ def test_upload_download_round_trip(device: VulkanDevice) -> None:
     finally:
         buf.release()
     buf.release()  # idempotent
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_a_large_upload_is_split_over_threads_and_round_trips(
+    device: VulkanDevice, staged: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Copies past PARALLEL_COPY_BYTES go in page-aligned parts on COPY_THREADS threads; a size
+    that does not divide leaves a short last part, and every byte lands where it belongs."""
+    from asyncvk.gpu import _device, get_gpu_info, resolve_quirks
+
+    monkeypatch.setattr(_device, "PARALLEL_COPY_BYTES", 4096)
+    monkeypatch.setattr(_device, "COPY_THREADS", 3)
+    data = np.random.default_rng(2).standard_normal(25_001).astype(np.float32)  # 3 parts
+    target = device
+    if staged:
+        quirks = resolve_quirks(get_gpu_info(0).identity, "upload_through_staging")
+        target = VulkanDevice(0, quirks=quirks)
+    try:
+        buf = target.upload_sync(data)
+        try:
+            np.testing.assert_array_equal(target.download_sync(buf, data.shape), data)
+        finally:
+            buf.release()
+    finally:
+        if staged:
+            target.close()
 
 
 async def _scale_add(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _vk
 from .._errors import GpuTimeoutError
-from .._threads import outlive, run_sync
+from .._threads import outlive, run_sync, thread_pool
 from ._command import CommandRecorder
 from ._info import GpuInfo
 from ._instance import get_default_gpu_index, get_gpu_info, instance
@@ -52,6 +52,31 @@ def fence_timeout_from_env() -> float:
     if not value > 0 or value == float("inf"):
         raise ValueError(f"ASYNCVK_FENCE_TIMEOUT_S={text!r}: expected a positive number of seconds")
     return value
+
+
+#: Copies of at least this many bytes are split over COPY_THREADS threads (numpy lets go of the
+#: GIL while it copies).
+PARALLEL_COPY_BYTES = 32 << 20
+COPY_THREADS = 4
+
+
+def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[:] = src`` for two uint8 arrays. One core wrote about 10 GB/s into the H100's
+    mapped device memory; a large model's weights (vgg16's 553 MB) are split over threads."""
+    import numpy as np
+
+    n = src.nbytes
+    if n < PARALLEL_COPY_BYTES or COPY_THREADS <= 1:
+        np.copyto(dst, src)
+        return
+    step = -(-n // COPY_THREADS)
+    step = (step + 4095) // 4096 * 4096
+    pool = thread_pool("copy", COPY_THREADS)
+    parts = [
+        pool.submit(np.copyto, dst[i : i + step], src[i : i + step]) for i in range(0, n, step)
+    ]
+    for part in parts:
+        part.result()
 
 
 class VulkanDevice:
@@ -172,14 +197,17 @@ class VulkanDevice:
         """Copy ``array`` into a new device buffer (blocking; use :meth:`upload` from async)."""
         import numpy as np
 
-        data = np.ascontiguousarray(array)
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         buf = self.allocate(max(data.nbytes, 4))
+        # np.copyto, not a memoryview assignment: it lets go of the GIL for the copy (vgg16's
+        # 553 MB, into mapped device memory), and it wrote 400 MB in 36-40 ms on the H100
+        # against 44-78 ms
         if buf.host_visible:
-            buf.view()[: data.nbytes] = data.reshape(-1).view(np.uint8).data
+            copy_bytes(np.frombuffer(buf.view(), np.uint8, data.nbytes), data)
             return buf
         staging = self.allocate(data.nbytes, MemoryKind.STAGING)
         try:
-            staging.view()[: data.nbytes] = data.reshape(-1).view(np.uint8).data
+            copy_bytes(np.frombuffer(staging.view(), np.uint8, data.nbytes), data)
             rec = CommandRecorder(self, one_time=True)
             try:
                 rec.copy(staging, buf, data.nbytes)

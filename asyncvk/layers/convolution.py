@@ -360,7 +360,7 @@ class Convolution(ConvParams):
         pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
         specs = (*self.gpu_specs(), pad)
         ungrouped = specs[:6] + specs[7:]  # the shaders without the group constant (id 6)
-        if shader == "convolutiondepthwise":  # its flat_columns constant (id 11)
+        if shader == "convolutiondepthwise":  # its flat_columns constant (id 12)
             flat = self._flat_columns(target.info)
             local = _conv_shaders.TILED_LOCAL if flat else _LOCAL_2D
             pipelines = {"conv": PipelineSpec(shader, (*ungrouped, int(flat)), local)}
