@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _int8
 from ._base import Layer, ModelBin, Shape
+from ._conv_shaders import pack_tiled
 from ._device_choice import on_cpu_devices
 from ._gpu_api import (
     GpuBlob,
@@ -25,10 +26,13 @@ from ._registry import register_layer
 from ._schema import Param, floats
 from .activation import fused_activation, gpu_activation, validate_activation
 
-#: innerproduct.comp with one output per invocation: "cpu" (CPU devices), "always" (tests) or
-#: "never" (a workgroup per output, reduced in shared memory)
+#: "cpu" (CPU devices), "always" (tests) or "never" (a workgroup per output, reduced in shared
+#: memory): float layers run innerproduct_blocked.comp (8 outputs per invocation, weights
+#: repacked for it), int8 layers innerproduct.comp with one output per invocation
 FLAT_OUTPUTS = "cpu"
 _FLAT_LOCAL = (8, 1, 1)
+#: outputs per invocation of innerproduct_blocked.comp
+BLOCK = 8
 
 
 @register_layer("InnerProduct")
@@ -115,8 +119,14 @@ class InnerProduct(Layer):
         # ncnn applies InnerProduct per row for 2-D input; the GPU path flattens only.
         return len(input_shapes) == 1 and len(input_shapes[0]) != 2
 
+    def _blocked(self, target: GpuTarget) -> bool:
+        """Whether this layer runs innerproduct_blocked.comp (float layers, CPU devices)."""
+        return not self.int8_scale_term and on_cpu_devices(FLAT_OUTPUTS, target.info)
+
     def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
         bias = self.bias if self.bias is not None else np.zeros(1, np.float32)
+        if self._blocked(target):  # [n_out / 8][n_in][8]: the tiled convolution's 1x1 layout
+            return {"weight": pack_tiled(self.weight, self.num_output, 1), "bias": bias}
         if self.int8 is None:
             return {"weight": self.weight, "bias": bias}
         dummy = np.zeros(1, np.float32)
@@ -126,9 +136,11 @@ class InnerProduct(Layer):
         act = gpu_activation(self.activation_type, self.activation_params)
         flat = on_cpu_devices(FLAT_OUTPUTS, target.info)
         local = _FLAT_LOCAL if flat else (64, 1, 1)
+        float_spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
+        if self._blocked(target):
+            return {"ip": PipelineSpec("innerproduct_blocked", float_spec, _FLAT_LOCAL)}
         if not self.int8_scale_term:
-            spec = (self.bias_term, act[0], float(act[1]), float(act[2]), int(flat))
-            return {"ip": PipelineSpec("innerproduct", spec, local)}
+            return {"ip": PipelineSpec("innerproduct", (*float_spec, int(flat)), local)}
         # the float pass gives the integer sums; the int8 epilogue adds bias and activation
         epilogue = _int8.pipeline_specs(target, False, bool(self.bias_term), act)
         return {"ip": PipelineSpec("innerproduct", (0, 0, 0.0, 0.0, int(flat)), local), **epilogue}
@@ -138,7 +150,9 @@ class InnerProduct(Layer):
             push = pack_push("2i", source.size, self.num_output)
             bindings = blobs_and_weights(ctx, [source], outputs)
             if on_cpu_devices(FLAT_OUTPUTS, ctx.info):
-                wanted = (math.ceil(self.num_output / _FLAT_LOCAL[0]), 1, 1)
+                per_invocation = 1 if self.int8_scale_term else BLOCK
+                invocations = math.ceil(self.num_output / per_invocation)
+                wanted = (math.ceil(invocations / _FLAT_LOCAL[0]), 1, 1)
                 ctx.dispatch("ip", bindings, push, capped_groups(wanted, ctx.info))
             else:
                 ctx.dispatch("ip", bindings, push, fold_groups(self.num_output, ctx.info))
