@@ -77,6 +77,21 @@ def test_a_pipe_is_not_read_early(tmp_path: Path) -> None:
     writer.join()
 
 
+def test_a_pipe_with_a_waiting_writer_is_left_to_the_load(tmp_path: Path) -> None:
+    """A writer already blocked in open() must not be released by the early read (it would
+    then write into a closed pipe and die)."""
+    fifo = tmp_path / "weights.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(_floats(4.0)))
+    writer.start()
+    start_reading(fifo)
+    assert take_early_read(fifo) is None
+    with open(fifo, "rb") as f:
+        assert f.read() == _floats(4.0)
+    writer.join(timeout=10)
+    assert not writer.is_alive()
+
+
 def test_the_cli_run_takes_the_early_read() -> None:
     proc = cli(*run_args(M), "--json")
     assert proc.returncode == 0, proc.stderr

@@ -9,6 +9,7 @@ buffer uses is never released while the GPU still reads it.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import itertools
 import os
 import threading
@@ -72,9 +73,15 @@ def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
     step = -(-n // COPY_THREADS)
     step = (step + 4095) // 4096 * 4096
     pool = thread_pool("copy", COPY_THREADS)
-    parts = [
-        pool.submit(np.copyto, dst[i : i + step], src[i : i + step]) for i in range(0, n, step)
-    ]
+    parts = []
+    try:
+        for i in range(0, n, step):
+            parts.append(pool.submit(np.copyto, dst[i : i + step], src[i : i + step]))
+    except RuntimeError:  # the interpreter is shutting down: no new threads, copy here
+        np.copyto(dst, src)
+    finally:
+        # every part has ended before this returns or raises: the caller may free dst then
+        concurrent.futures.wait(parts)
     for part in parts:
         part.result()
 

@@ -32,7 +32,11 @@ class _EarlyRead:
 
     def run(self) -> None:
         try:
-            # non-blocking: opening a pipe with no writer would wait, and the load with it
+            # a pipe is never opened: opening it would count as its reader (releasing a waiting
+            # writer, which then dies on a closed pipe); the fstat below re-checks the file
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                return
+            # non-blocking: should the path become a pipe in between, open does not wait
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             with open(fd, "rb") as f:
                 before = os.fstat(fd)
