@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from ..gpu._info import GpuInfo
-from ._device_choice import on_cpu_devices
+from ._device_choice import FLAT_LOCAL, on_cpu_devices
 
 #: Where ungrouped convolutions run the tiled shader: "cpu" devices, "always" or "never".
 TILED_SHADER = "cpu"
@@ -44,7 +44,7 @@ DECONV_TILE_OX = 4  # output columns (of one stride phase) per invocation in dec
 #: runs 8 invocations per SIMD step along x, so an (8, 8) tile of blocks x rows left 6 of 8 lanes
 #: idle on a 7x7 map (resnet18's 7x7 layers took 63 ms, now 8-13). 8, 16 and 64 wide took the
 #: same CPU time on resnet18 (268-272 ms, lavapipe); 8 wastes least on small maps.
-TILED_LOCAL = (8, 1, 1)
+TILED_LOCAL = FLAT_LOCAL
 
 #: "gpu" (devices that are not CPUs and have subgroup arithmetic), "always" (any layer, any
 #: output: tests) or "never".

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from ..gpu._info import GpuInfo
 
+#: The workgroup of the layouts flat along x that these choices use: llvmpipe runs a
+#: workgroup's invocations 8 at a time along x.
+FLAT_LOCAL = (8, 1, 1)
+
 
 def on_cpu_devices(setting: str, info: GpuInfo) -> bool:
     """Whether a choice set to ``setting`` is taken on ``info``'s device."""

@@ -10,7 +10,7 @@ import numpy as np
 from . import _int8
 from ._base import Layer, ModelBin, Shape
 from ._conv_shaders import pack_tiled
-from ._device_choice import on_cpu_devices
+from ._device_choice import FLAT_LOCAL, on_cpu_devices
 from ._gpu_api import (
     GpuBlob,
     GpuTarget,
@@ -30,7 +30,6 @@ from .activation import fused_activation, gpu_activation, validate_activation
 #: memory): float layers run innerproduct_blocked.comp (8 outputs per invocation, weights
 #: repacked for it), int8 layers innerproduct.comp with one output per invocation
 FLAT_OUTPUTS = "cpu"
-_FLAT_LOCAL = (8, 1, 1)
 #: outputs per invocation of innerproduct_blocked.comp
 BLOCK = 8
 
@@ -135,10 +134,10 @@ class InnerProduct(Layer):
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         act = gpu_activation(self.activation_type, self.activation_params)
         flat = on_cpu_devices(FLAT_OUTPUTS, target.info)
-        local = _FLAT_LOCAL if flat else (64, 1, 1)
+        local = FLAT_LOCAL if flat else (64, 1, 1)
         float_spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
         if self._blocked(target):
-            return {"ip": PipelineSpec("innerproduct_blocked", float_spec, _FLAT_LOCAL)}
+            return {"ip": PipelineSpec("innerproduct_blocked", float_spec, FLAT_LOCAL)}
         if not self.int8_scale_term:
             return {"ip": PipelineSpec("innerproduct", (*float_spec, int(flat)), local)}
         # the float pass gives the integer sums; the int8 epilogue adds bias and activation
@@ -152,7 +151,7 @@ class InnerProduct(Layer):
             if on_cpu_devices(FLAT_OUTPUTS, ctx.info):
                 per_invocation = 1 if self.int8_scale_term else BLOCK
                 invocations = math.ceil(self.num_output / per_invocation)
-                wanted = (math.ceil(invocations / _FLAT_LOCAL[0]), 1, 1)
+                wanted = (math.ceil(invocations / FLAT_LOCAL[0]), 1, 1)
                 ctx.dispatch("ip", bindings, push, capped_groups(wanted, ctx.info))
             else:
                 ctx.dispatch("ip", bindings, push, fold_groups(self.num_output, ctx.info))

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _line_shaders
 from ._base import Layer, Shape
-from ._device_choice import on_cpu_devices
+from ._device_choice import FLAT_LOCAL, on_cpu_devices
 from ._geometry import as_chw, border, same_pads
 from ._gpu_api import (
     GpuBlob,
@@ -33,8 +33,6 @@ POOL_MAX = 0
 POOL_AVE = 1
 #: pooling.comp's outputs flat along x: "cpu" (CPU devices), "always" (tests) or "never"
 FLAT_OUTPUTS = "cpu"
-#: the flat layout's workgroup (llvmpipe runs 8 invocations at a time along x)
-_FLAT_LOCAL = (8, 1, 1)
 FLT_MAX = float(np.finfo(np.float32).max)
 
 
@@ -245,7 +243,7 @@ class Pooling(Layer):
         include = 1 if self.pad_mode in (2, 3) else self.avgpool_count_include_pad
         flat = on_cpu_devices(FLAT_OUTPUTS, target.info)
         spec = (self.pooling_type, include, self.adaptive_pooling, int(flat))
-        specs = {"pool": PipelineSpec("pooling", spec, _FLAT_LOCAL if flat else (8, 8, 1))}
+        specs = {"pool": PipelineSpec("pooling", spec, FLAT_LOCAL if flat else (8, 8, 1))}
         if self._global_lines(target):
             local = _line_shaders.local_size(target.info)
             specs["pool_global"] = PipelineSpec("pooling_global", (self.pooling_type,), local)
@@ -291,7 +289,7 @@ class Pooling(Layer):
             oh, ow = (out[1], out[2]) if len(out) == 3 else (1, 1)
         push = pack_push("13i", w, h, c, ow, oh, kw, kh, sw, sh, *pads)
         if on_cpu_devices(FLAT_OUTPUTS, ctx.info):
-            wanted = (math.ceil(ow * oh * c / _FLAT_LOCAL[0]), 1, 1)
+            wanted = (math.ceil(ow * oh * c / FLAT_LOCAL[0]), 1, 1)
         else:
             wanted = (math.ceil(ow / 8), math.ceil(oh / 8), c)
         ctx.dispatch("pool", [inputs[0], outputs[0]], push, capped_groups(wanted, ctx.info))
