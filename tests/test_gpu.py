@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import struct
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -134,6 +136,20 @@ def test_a_large_upload_is_split_over_threads_and_round_trips(
 
     monkeypatch.setattr(_device, "PARALLEL_COPY_BYTES", 4096)
     monkeypatch.setattr(_device, "COPY_THREADS", 3)
+    parts: list[int] = []
+    real_pool = _device.thread_pool
+
+    class RecordingPool:
+        """The real copy pool, noting the size of each part given to it."""
+
+        def __init__(self, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+            self.pool = pool
+
+        def submit(self, fn: Any, dst: np.ndarray, src: np.ndarray) -> concurrent.futures.Future:
+            parts.append(dst.nbytes)
+            return self.pool.submit(fn, dst, src)
+
+    monkeypatch.setattr(_device, "thread_pool", lambda *a: RecordingPool(real_pool(*a)))
     data = np.random.default_rng(2).standard_normal(25_001).astype(np.float32)  # 3 parts
     target = device
     if staged:
@@ -142,6 +158,7 @@ def test_a_large_upload_is_split_over_threads_and_round_trips(
     try:
         buf = target.upload_sync(data)
         try:
+            assert parts[:3] == [36_864, 36_864, 26_276]  # 100_004 bytes, 4 KiB-aligned thirds
             np.testing.assert_array_equal(target.download_sync(buf, data.shape), data)
         finally:
             buf.release()

@@ -178,12 +178,14 @@ def _zero_scale_conv() -> Case:
     return Case("conv-zero-weight-scale", line, weights, (3, 4, 5))
 
 
-def _grouped() -> Case:
-    """ConvolutionDepthWise with 2 inputs per group: a weight scale per group."""
-    n = 8 * 2 * 9
-    weights = (int8_tagged(_ints(5, n)), raw(_floats(6, 4, 40, 90)), f32(70.0))
-    line = f"ConvolutionDepthWise dw 1 1 in0 out0 0=8 1=3 4=1 6={n} 7=4 8=1"
-    return Case("grouped-conv", line, weights, (8, 7, 6))
+def _grouped(groups: int) -> Case:
+    """ConvolutionDepthWise with 8 / ``groups`` inputs per group: a weight scale per group. At
+    4 channels a group, CPU devices run it in the tiled shader, one group per channel tile."""
+    per_group = 8 // groups
+    n = 8 * per_group * 9
+    weights = (int8_tagged(_ints(5, n)), raw(_floats(6, groups, 40, 90)), f32(70.0))
+    line = f"ConvolutionDepthWise dw 1 1 in0 out0 0=8 1=3 4=1 6={n} 7={groups} 8=1"
+    return Case(f"grouped-conv-{per_group}-per-group", line, weights, (8, 7, 6))
 
 
 def _innerproduct(shape: tuple[int, ...], extra: str) -> Case:
@@ -205,7 +207,8 @@ CASES = [
     _depthwise(6, 2, "3=2"),
     _depthwise(5, 102, "9=1"),
     _depthwise(16, 101, "9=1", packing=False),
-    _grouped(),
+    _grouped(4),
+    _grouped(2),
     _innerproduct((3, 5, 6), "9=1"),
     _innerproduct((40,), "9=2 -23310=1,0.1"),
 ]

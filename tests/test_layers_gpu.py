@@ -12,7 +12,7 @@ import pytest
 
 from asyncvk.gpu import VulkanDevice
 from asyncvk.gpu._info import GpuInfo
-from asyncvk.net._dispatch_profile import ProfilingExtractor
+from asyncvk.net._dispatch_profile import DispatchTiming, ProfilingExtractor
 from asyncvk.net._net import Net
 from asyncvk.net._option import Option
 
@@ -332,6 +332,31 @@ async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
 
 
+async def _shaders_against_reference(
+    case: Case,
+) -> tuple[list[np.ndarray], list[DispatchTiming]]:
+    """Run ``case`` on the CPU path and on the GPU, check the GPU's outputs against the CPU's,
+    and give the reference outputs and the dispatches of one profiled GPU run (which shaders,
+    which groups: the layout a test forced)."""
+    param, weights = build(case)
+    inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
+    expected, cpu_net = await _run(case, False, inputs, param, weights)
+    await cpu_net.aclose()
+    got, gpu_net = await _run(case, True, inputs, param, weights)
+    try:
+        async with ProfilingExtractor(gpu_net) as ex:
+            for i, x in enumerate(inputs):
+                ex.input(f"in{i}", x)
+            await ex.extract("out0")
+            assert ex.profile is not None
+            dispatches = list(ex.profile.dispatches)
+    finally:
+        await gpu_net.aclose()
+    for e, g in zip(expected, got, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
+    return expected, dispatches
+
+
 CONV_CASES = [c for c in CASES if c.type.startswith("Convolution")]
 FLAT_CASES = [c for c in CASES if c.type in ("Pooling", "InnerProduct")]
 
@@ -341,21 +366,25 @@ FLAT_CASES = [c for c in CASES if c.type in ("Pooling", "InnerProduct")]
 async def test_flat_and_tiled_layouts(
     device: VulkanDevice, case: Case, flat: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pooling.comp's outputs flat along x and innerproduct.comp's one output per invocation
-    (CPU devices), and their GPU layouts (8 x 8 tiles per channel, a workgroup per output),
-    all match the reference, whichever device runs the tests."""
+    """pooling.comp's outputs flat along x and innerproduct_blocked.comp (CPU devices), and
+    the GPU layouts (8 x 8 tiles per channel, a workgroup per output), are the ones dispatched
+    and match the reference, whichever device runs the tests."""
     from asyncvk.layers import innerproduct, pooling
 
     module = pooling if case.type == "Pooling" else innerproduct
     monkeypatch.setattr(module, "FLAT_OUTPUTS", flat)
-    param, weights = build(case)
-    inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
-    expected, cpu_net = await _run(case, False, inputs, param, weights)
-    await cpu_net.aclose()
-    got, gpu_net = await _run(case, True, inputs, param, weights)
-    await gpu_net.aclose()
-    for e, g in zip(expected, got, strict=True):
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
+    expected, dispatches = await _shaders_against_reference(case)
+    if case.type == "InnerProduct":  # float layers (int8 ones keep innerproduct.comp)
+        want = "innerproduct_blocked" if flat == "always" else "innerproduct"
+        assert {d.shader for d in dispatches} == {want}
+        return
+    c, oh, ow = (*expected[0].shape, 1, 1)[:3]  # a global pooling's output is (c,)
+    windowed = [d.groups for d in dispatches if d.shader == "pooling"]
+    assert windowed or "4=1" in case.params.split(), "only a global pooling runs another shader"
+    flat_groups = (math.ceil(c * oh * ow / 8), 1, 1)
+    assert windowed == [] or windowed == [
+        flat_groups if flat == "always" else (math.ceil(ow / 8), math.ceil(oh / 8), c)
+    ]
 
 
 @pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk", "gemm"])
@@ -374,18 +403,8 @@ async def test_every_convolution_shader(
     monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always" if gemm else "never")
     # taps split wherever there are two 16-tap steps (a layer of at most 16 runs whole)
     monkeypatch.setattr(_conv_shaders, "GEMM_FEWEST_STEPS", 1)
-    param, weights = build(case)
-    inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
-    expected, cpu_net = await _run(case, False, inputs, param, weights)
-    await cpu_net.aclose()
-    got, gpu_net = await _run(case, True, inputs, param, weights)
-    async with ProfilingExtractor(gpu_net) as ex:  # which shaders the plan dispatched
-        for i, x in enumerate(inputs):
-            ex.input(f"in{i}", x)
-        await ex.extract("out0")
-        assert ex.profile is not None
-        shaders = {d.shader for d in ex.profile.dispatches}
-    await gpu_net.aclose()
+    _, dispatches = await _shaders_against_reference(case)
+    shaders = {d.shader for d in dispatches}
     params = dict(kv.split("=", 1) for kv in case.params.split())
     group, out_c = int(params.get("7", "1")), int(params["0"])
     pure_depthwise = group > 1 and group == out_c == case.inputs[0][0]
@@ -404,8 +423,6 @@ async def test_every_convolution_shader(
     taps = int(params["6"]) // out_c
     split = gemm and group == 1 and taps > 16
     assert shaders == ({want, "convolution_gemm_sum"} if split else {want})
-    for e, g in zip(expected, got, strict=True):
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
 
 
 DECONV_CASES = [c for c in CASES if c.type.startswith("Deconvolution")]

@@ -12,7 +12,13 @@ import pytest
 
 from asyncvk import ModelFormatError
 from asyncvk.layers import ModelBin
-from asyncvk.net._modelbin import TAG_FP16, TAG_FP32_SCALED, TAG_INT8, ModelBinReader
+from asyncvk.net._modelbin import (
+    TAG_FP16,
+    TAG_FP32_SCALED,
+    TAG_INT8,
+    VIEW_MIN_BYTES,
+    ModelBinReader,
+)
 
 
 def _tag(tag: int) -> bytes:
@@ -108,14 +114,38 @@ class TestForms:
         assert half[0] == 3.0
 
     def test_raw_floats_are_read_only_views(self) -> None:
-        """No copy of raw float32 weights (vgg16's 553 MB), and none can be changed in place:
-        the next layer's weights share the buffer."""
-        mb = ModelBinReader(_f32(1.0, 2.0) + _f32(3.0))
-        raw, following = mb.load(2, 1), mb.load(1, 1)
-        assert not raw.flags.owndata and raw.base is not None
+        """No copy of large raw float32 weights (vgg16's 553 MB), and none can be changed in
+        place: the next layer's weights share the buffer."""
+        n = VIEW_MIN_BYTES // 4
+        data = np.arange(n, dtype="<f4").tobytes() + _f32(3.0)
+        mb = ModelBinReader(data)
+        raw, following = mb.load(n, 1), mb.load(1, 1)
+        assert np.shares_memory(raw, np.frombuffer(data, np.uint8))
         with pytest.raises(ValueError, match="read-only"):
             raw[0] = 7.0
         assert following[0] == 3.0
+
+    def test_converted_weights_keep_no_view_of_the_file(self) -> None:
+        """An fp16 or int8 file's raw runs are biases and scales: copied, so the file's bytes
+        are not held beside the converted weights (1.5x the host memory)."""
+        n = VIEW_MIN_BYTES
+        data = (
+            _tag(TAG_FP16)
+            + _f16(*[0.5] * n)
+            + _f32(*[1.0] * 64)
+            + _tag(TAG_INT8)
+            + bytes(n)
+            + _f32(*[2.0] * (VIEW_MIN_BYTES // 4 - 1))
+        )
+        mb = ModelBinReader(data)
+        arrays = [mb.load(n, 0), mb.load(64, 1), mb.load_int8_or_float(n)]
+        arrays.append(mb.load(VIEW_MIN_BYTES // 4 - 1, 1))
+        mb.check_end()
+        buffer = np.frombuffer(data, np.uint8)
+        assert not any(np.shares_memory(a, buffer) for a in arrays)
+        assert arrays[1][0] == 1.0 and arrays[3][-1] == 2.0
+        with pytest.raises(ValueError, match="read-only"):
+            arrays[1][0] = 7.0
 
     def test_little_endian_regardless_of_host(self) -> None:
         mb = ModelBinReader(b"\x00\x00\x80\x3f")  # 1.0f little-endian

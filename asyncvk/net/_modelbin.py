@@ -33,6 +33,10 @@ TAG_FP16 = 0x01306B47
 TAG_INT8 = 0x000D4B38
 TAG_FP32_SCALED = 0x0002C056
 CODEBOOK_SIZE = 256
+#: Raw float32 runs shorter than this are copied rather than viewed: a view keeps the whole
+#: file's bytes alive, which for an fp16 or int8 file (whose raw runs are only biases and
+#: scales) would hold the file beside its converted weights, 1.5x the host memory.
+VIEW_MIN_BYTES = 64 * 1024
 
 
 def _align4(n: int) -> int:
@@ -43,11 +47,12 @@ class ModelBinReader:
     """Reads weights from one in-memory buffer; errors name the file, the layer and the offset.
 
     Set ``current_layer`` before each layer's ``load_model`` so that errors name it. Raw
-    float32 weights come back as read-only views of the file's bytes, not copies: a copy of
-    every weight doubled the host work of a large model (vgg16's 553 MB: about 1 s of page
-    faults and copying on a 2-core machine). The buffer is immutable (a caller's writable one
-    is copied once), so the views never change. Converted weights (fp16, int8, codebook) are
-    fresh arrays. A layer that changes weights makes its own array.
+    float32 weights of at least ``VIEW_MIN_BYTES`` come back as read-only views of the file's
+    bytes, not copies: a copy of every weight doubled the host work of a large model (vgg16's
+    553 MB: about 1 s of page faults and copying on a 2-core machine). The buffer is immutable
+    (a caller's writable one is copied once), so the views never change. Shorter raw runs are
+    read-only copies, so that a file of converted weights (fp16, int8, codebook: fresh arrays)
+    is not kept alive by its biases. A layer that changes weights makes its own array.
     """
 
     def __init__(self, data: bytes | bytearray | memoryview, source: str = "<bytes>") -> None:
@@ -148,9 +153,11 @@ class ModelBinReader:
 
     def _floats(self, w: int, what: str) -> np.ndarray:
         values = np.frombuffer(self._take(w * 4, f"{what} for {w} values"), "<f4")
-        if values.dtype != np.float32:  # a big-endian host: swapped into a new array
-            return values.astype(np.float32)
-        return values  # read-only: the reader's buffer is immutable
+        if values.dtype == np.float32 and values.nbytes >= VIEW_MIN_BYTES:
+            return values  # read-only: the reader's buffer is immutable
+        copied = values.astype(np.float32)  # also swaps the bytes on a big-endian host
+        copied.flags.writeable = False
+        return copied
 
     def _take(self, n: int, what: str) -> memoryview:
         if n > self.remaining:
