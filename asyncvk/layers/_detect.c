@@ -11,6 +11,17 @@
 #include <math.h>
 #include <stdint.h>
 
+/* The loops below vectorize; x86-64's baseline (SSE2) gives them 4 floats a step. HOT builds
+ * an AVX2 copy beside it, picked once at load by the CPU (an ifunc; no flag of the build
+ * machine decides). Results are the same bits: -ffp-contract=off keeps FMA out, and
+ * add, multiply, divide and compare are IEEE-exact at either width. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
+    !defined(ASYNCVK_DETECT_NO_CLONES)
+#define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HOT
+#endif
+
 /* The permutation ncnn's qsort_descent_inplace leaves `scores` in (sorted in place too). Its
  * two halves are disjoint, so they may be sorted in any order: the larger waits on a stack,
  * the smaller is sorted next, so the stack holds at most log2(n) ranges. */
@@ -111,6 +122,7 @@ static int suppressed(const struct kept *k, int64_t from, int64_t to, const floa
  * no box kept before it overlaps it by more than `threshold`: inter / union > t, or with
  * `multiply` inter > t * union. Writes the kept indexes to `picked`, returns their count;
  * `scratch` holds 5 n floats (the kept boxes as columns). */
+HOT
 int64_t detect_nms(const float *boxes, const float *areas, int64_t n, float threshold,
                    int multiply, int64_t *picked, float *scratch)
 {
@@ -138,6 +150,7 @@ int64_t detect_nms(const float *boxes, const float *areas, int64_t n, float thre
 /* ncnn's scan for each cell's best class in a (classes, cells) block: the first score strictly
  * over the running best, which starts at `floor` with class 0 (NaN never wins). Each cell
  * visits the classes in ncnn's order; the cells go side by side (contiguous rows). */
+HOT
 void detect_best_class(const float *scores, int64_t classes, int64_t cells, float floor,
                        int64_t *label, float *best)
 {
@@ -259,6 +272,7 @@ static void softmax_cells(float *scores, int64_t classes, int64_t cells, float *
  * no other cell can reach the threshold. Each cell's arithmetic is the same either way, so the
  * rows are too. Most cells of a trained model's map fall short: there the softmax was 85-95% of
  * the decode. */
+HOT
 int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_t h, int64_t w,
                            const float *anchors, float threshold, int softmax_all, float *out,
                            float *best, int64_t *label, float *gathered, int64_t *kept)
@@ -303,6 +317,7 @@ int64_t detect_yolo_decode(float *blob, int64_t num_box, int64_t classes, int64_
 /* One map of Yolov3DetectionOutput: confidence 1 / (1 + e^-obj (1 + e^-best)) as ncnn
  * computes it, rows and arguments as detect_yolo_decode's; `anchors` holds bias_w / net_w,
  * bias_h / net_h. */
+HOT
 int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes, int64_t h,
                              int64_t w, const float *anchors, float threshold, float *out,
                              float *best, int64_t *label)
@@ -331,6 +346,7 @@ int64_t detect_yolov3_decode(const float *blob, int64_t num_box, int64_t classes
  * ymax] class by class to `out` (room for `capacity` rows, (num_class - 1) min(top_k, num_prior)
  * is enough) and returns their count, or -1 when they do not fit. `floats` holds 11 num_prior
  * floats, `ints` 3 num_prior int64s. */
+HOT
 int64_t detect_ssd_rows(const float *conf, int64_t num_prior, int64_t num_class,
                         int64_t prior_stride, int64_t class_stride, const float *boxes,
                         float threshold, int64_t top_k, float nms_threshold, float *out,

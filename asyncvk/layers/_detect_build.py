@@ -36,14 +36,17 @@ int64_t detect_ssd_rows(const float *conf, int64_t num_prior, int64_t num_class,
 """
 
 
-def _builder() -> FFI:
+def _builder(module: str = "asyncvk.layers._detect_cffi", clones: bool = True) -> FFI:
+    """The extension as ``module``; ``clones=False`` leaves out the AVX2 copies of the hot
+    loops (``HOT`` in ``_detect.c``), so a test can hold the baseline's bits against them."""
     ffi = FFI()
     ffi.cdef(CDEF)
     ffi.set_source(
-        "asyncvk.layers._detect_cffi",
+        module,
         Path(__file__).with_name("_detect.c").read_text(),
         libraries=["m"],
         extra_compile_args=["-O2", "-ftree-vectorize", "-fno-trapping-math", "-ffp-contract=off"],
+        define_macros=[] if clones else [("ASYNCVK_DETECT_NO_CLONES", "1")],
     )
     return ffi
 
