@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from .._errors import CacheMissError
 from ..gpu._driver_cache import DriverPipelineCache
 from ..gpu._pipeline import PipelineArtifact, create_pipeline
+from ..shader._interface import declared_interface
 from ..shader._reflect import ShaderInfo, reflect_spirv
 from ._digest import builtin_digest, spirv_digest
 from ._driver_blob import DriverBlob
@@ -181,7 +182,15 @@ class PipelineRequests(DriverBlob):
             pipeline_cache=vk_cache,
             name=spec.shader,
             baked_push=baked_push,
+            read_only_bindings=self._read_only_bindings(spec),
         )
+
+    def _read_only_bindings(self, spec: PipelineSpec) -> frozenset[int]:
+        """The bindings a builtin shader's source declares ``readonly`` (none for SPIR-V a
+        caller brought: every binding of it may be written)."""
+        if spec.spirv is not None:
+            return frozenset()
+        return declared_interface(self.registry.get(spec.shader).source).read_only_bindings
 
     def _start_spirv(self, spec: PipelineSpec, spirv: bytes) -> Future[PipelineArtifact]:
         """A pipeline from raw SPIR-V (never stored in files)."""

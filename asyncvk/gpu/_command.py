@@ -62,6 +62,15 @@ class DispatchablePipeline(Protocol):
     def push_constant_size(self) -> int: ...
 
 
+def _overlap(ranges: list[tuple[Any, int, int]], others: list[tuple[Any, int, int]]) -> bool:
+    """Whether a byte range of ``ranges`` meets one of ``others`` in the same VkBuffer."""
+    return any(
+        buffer == other and start < other_end and other_start < end
+        for buffer, start, end in ranges
+        for other, other_start, other_end in others
+    )
+
+
 class CommandRecorder:
     """Records dispatches, barriers and copies into one primary command buffer."""
 
@@ -85,6 +94,14 @@ class CommandRecorder:
         self.finished = False
         self.dispatch_count = 0
         self.barrier_count = 0
+        #: Put a barrier before a dispatch or copy only where it touches memory an earlier one
+        #: since the last barrier wrote, or writes memory one read or wrote (see
+        #: :meth:`_order`); a plan turns it on and leaves out its barrier between layers, so
+        #: independent branches (inception columns, fire modules, detection heads) overlap.
+        self.barriers_on_hazards = False
+        #: (VkBuffer, first byte, end) read and written since the last barrier
+        self._reads: list[tuple[Any, int, int]] = []
+        self._writes: list[tuple[Any, int, int]] = []
         #: Seconds from submit to the host seeing the fence, for this buffer's last two runs
         #: (oldest first): what :meth:`VulkanDevice.run` expects the next run to take.
         self.run_times: tuple[float, ...] = ()
@@ -156,6 +173,12 @@ class CommandRecorder:
             raise ValueError(
                 f"pipeline takes {pipeline.push_constant_size} push-constant bytes, got {len(push)}"
             )
+        if self.barriers_on_hazards:
+            read_only: frozenset[int] = getattr(pipeline, "read_only_bindings", frozenset())
+            self._order(
+                [b for i, b in enumerate(buffers) if i in read_only],
+                [b for i, b in enumerate(buffers) if i not in read_only],
+            )
         cb = self.command_buffer
         if buffers:
             self._bind_buffers(pipeline, buffers)
@@ -196,8 +219,22 @@ class CommandRecorder:
             cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL
         )
 
+    def _order(self, reads: Sequence[Buffer], writes: Sequence[Buffer]) -> None:
+        """Barrier first if the next command reads what a command since the last barrier
+        wrote, or writes what one read or wrote (read-after-write, write-after-read,
+        write-after-write, by byte range of each VkBuffer); then note its ranges. A binding
+        not declared read-only counts as both read and written."""
+        read = [(b.vk_buffer, b.offset, b.offset + b.size) for b in reads]
+        written = [(b.vk_buffer, b.offset, b.offset + b.size) for b in writes]
+        if _overlap(read + written, self._writes) or _overlap(written, self._reads):
+            self.barrier()
+        self._reads += read
+        self._writes += written
+
     def barrier(self) -> None:
         """Make every earlier shader or transfer write visible to every later read."""
+        self._reads.clear()
+        self._writes.clear()
         self.barrier_count += 1
         _vk.checked.vkCmdPipelineBarrier(
             self.command_buffer,
@@ -214,6 +251,8 @@ class CommandRecorder:
 
     def copy(self, src: Buffer, dst: Buffer, size: int | None = None) -> None:
         n = min(src.size, dst.size) if size is None else size
+        if self.barriers_on_hazards:
+            self._order([src.sub(0, n)], [dst.sub(0, n)])
         region = ffi.new(
             "VkBufferCopy*", {"srcOffset": src.offset, "dstOffset": dst.offset, "size": n}
         )

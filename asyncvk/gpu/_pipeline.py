@@ -64,6 +64,9 @@ class PipelineArtifact:
     name: str = "shader"
     #: VkDescriptorUpdateTemplate writing binding i from VkDescriptorBufferInfo[i] (Vulkan 1.1+).
     update_template: Any = None
+    #: Bindings the shader never writes (its source declares them ``readonly``); a recorder
+    #: orders dispatches by them (``CommandRecorder.barriers_on_hazards``).
+    read_only_bindings: frozenset[int] = frozenset()
     destroyed: bool = False
     #: The owner (the cache) plus every :meth:`acquire` not yet released.
     users: int = 1
@@ -127,6 +130,7 @@ def create_pipeline(
     pipeline_cache: DriverPipelineCache | None = None,
     name: str = "shader",
     baked_push: bytes | None = None,
+    read_only_bindings: frozenset[int] = frozenset(),
 ) -> PipelineArtifact:
     """Create the shader module, layouts and compute pipeline; destroy all on failure.
 
@@ -175,6 +179,7 @@ def create_pipeline(
         driver_cache_hit=hit,
         name=name,
         update_template=template,
+        read_only_bindings=read_only_bindings,
     )
 
 

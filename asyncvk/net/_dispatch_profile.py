@@ -135,6 +135,10 @@ class _TimedContext(PlanContext):
 class ProfiledPlan(Plan):
     """A Plan whose command buffers time every dispatch; :attr:`profile` after each run."""
 
+    #: a barrier after every layer, as before plans ordered layers by memory: each dispatch's
+    #: timestamps then hold its own work, not an overlapping neighbour's
+    barriers_on_hazards = False
+
     def __init__(
         self, graph: Graph, gpu_model: GpuModel, input_shapes: dict[int, Shape], target: int
     ) -> None:

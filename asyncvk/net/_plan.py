@@ -86,6 +86,11 @@ class Plan:
     ``gpu_model`` is what ``graph`` was loaded as on a device: its layers' pipelines and
     weights, the device, the storage type; recording counts on it."""
 
+    #: Order layers by the memory they read and write (a barrier only before a layer that
+    #: touches what one since the last barrier wrote, or writes what one read), rather than a
+    #: barrier after every layer. A profiling plan keeps the barriers, to time each layer alone.
+    barriers_on_hazards = True
+
     def __init__(
         self, graph: Graph, gpu_model: GpuModel, input_shapes: dict[int, Shape], target: int
     ) -> None:
@@ -235,6 +240,9 @@ class Plan:
 
     def _record_into(self, rec: CommandRecorder, segment: _Segment, host_visible: bool) -> None:
         device = self.device
+        # layers are ordered by the memory they touch, not a barrier after each (a layer's
+        # own barriers between its dispatches stay; so do the ones around host transfers)
+        rec.barriers_on_hazards = self.barriers_on_hazards
         if not host_visible:
             for b in segment.upload:
                 staging = device.allocate(self._views[b].size, MemoryKind.STAGING)
@@ -250,16 +258,19 @@ class Plan:
             inputs = [self._blob(b) for b in node.bottoms]
             outputs = [self._blob(t) for t in node.tops]
             gpu.gpu_layer.record(self._context(gpu, rec), inputs, outputs)
-            rec.barrier()
+            if not self.barriers_on_hazards:
+                rec.barrier()
         # mapped but uncached (a discrete GPU's BAR): copy the results into cached memory
-        if not (host_visible and device.allocator.device_is_host_cached):
+        copies = not (host_visible and device.allocator.device_is_host_cached)
+        if copies:
             for t in segment.download:
                 view = self._views[self.root.get(t, t)]
                 readback = device.allocate(view.size, MemoryKind.READBACK)
                 self.owned.append(readback)
                 self._readback[t] = readback
                 rec.copy(view, readback)
-            rec.barrier()
+        if copies or self.barriers_on_hazards:
+            rec.barrier()  # the last writes made visible to the host (and to the next run)
 
     def _context(self, node: BoundNode, recorder: CommandRecorder) -> PlanContext:
         """What ``node``'s layer records through (a profiling plan gives its own)."""

@@ -56,6 +56,9 @@ class DeclaredInterface:
     local_size_ids: tuple[int, int, int] | None
     #: The local size when all three are fixed numbers (1 where not written).
     local_size: tuple[int, int, int] | None
+    #: Set 0's storage-buffer bindings declared ``readonly``: a dispatch never writes them, so
+    #: a recorder needs no barrier between two dispatches that only read one buffer.
+    read_only_bindings: frozenset[int] = frozenset()
 
 
 #: A qualifier value that is not a plain number (a macro, an expression): the source cannot tell.
@@ -131,6 +134,7 @@ def declared_interface(source: str) -> DeclaredInterface:
     """Read the interface off a compute shader's (include-expanded) GLSL source."""
     text = _COMMENT.sub(" ", source)
     bindings: list[Binding] | None = []
+    read_only: set[int] = set()
     push: int | None = 0
     spec_ids: set[int] | None = set()
     axes: dict[str, tuple[str, int | None]] = {}
@@ -154,6 +158,8 @@ def declared_interface(source: str) -> DeclaredInterface:
                 bindings = None
             else:
                 bindings.append(Binding(group, number, kind))
+                if kind == STORAGE_BUFFER and group == 0 and "readonly" in head.split():
+                    read_only.add(number)
         for axis in _AXES:
             if f"local_size_{axis}_id" in quals:
                 value = quals[f"local_size_{axis}_id"]
@@ -168,6 +174,7 @@ def declared_interface(source: str) -> DeclaredInterface:
         specialization_ids=None if spec_ids is None else frozenset(spec_ids),
         local_size_ids=ids,
         local_size=fixed,
+        read_only_bindings=frozenset(read_only),
     )
 
 
