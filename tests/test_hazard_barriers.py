@@ -168,5 +168,8 @@ def test_read_only_bindings_are_read_off_the_source() -> None:
     void main() {}
     """
     assert declared_interface(source).read_only_bindings == frozenset({0, 3})
+    # one binding declared twice (two views of one buffer): read-only only if both say so
+    twice = source.replace("layout(binding = 1) writeonly", "layout(binding = 0) writeonly")
+    assert declared_interface(twice).read_only_bindings == frozenset({3})
     gather = builtin_shaders().get("gather").source
     assert declared_interface(gather).read_only_bindings == frozenset({0, 2})

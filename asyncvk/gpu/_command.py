@@ -175,9 +175,11 @@ class CommandRecorder:
             )
         if self.barriers_on_hazards:
             read_only: frozenset[int] = getattr(pipeline, "read_only_bindings", frozenset())
+            info = getattr(pipeline, "info", None)  # buffer i goes to the i-th binding declared
+            numbers = [b.binding for b in info.bindings] if info else range(len(buffers))
+            bound = list(zip(numbers, buffers, strict=False))
             self._order(
-                [b for i, b in enumerate(buffers) if i in read_only],
-                [b for i, b in enumerate(buffers) if i not in read_only],
+                [b for n, b in bound if n in read_only], [b for n, b in bound if n not in read_only]
             )
         cb = self.command_buffer
         if buffers:

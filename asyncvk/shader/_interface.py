@@ -135,6 +135,7 @@ def declared_interface(source: str) -> DeclaredInterface:
     text = _COMMENT.sub(" ", source)
     bindings: list[Binding] | None = []
     read_only: set[int] = set()
+    written: set[int] = set()  # declared once without readonly: read-only it is not
     push: int | None = 0
     spec_ids: set[int] | None = set()
     axes: dict[str, tuple[str, int | None]] = {}
@@ -160,6 +161,8 @@ def declared_interface(source: str) -> DeclaredInterface:
                 bindings.append(Binding(group, number, kind))
                 if kind == STORAGE_BUFFER and group == 0 and "readonly" in head.split():
                     read_only.add(number)
+                else:
+                    written.add(number)
         for axis in _AXES:
             if f"local_size_{axis}_id" in quals:
                 value = quals[f"local_size_{axis}_id"]
@@ -174,7 +177,7 @@ def declared_interface(source: str) -> DeclaredInterface:
         specialization_ids=None if spec_ids is None else frozenset(spec_ids),
         local_size_ids=ids,
         local_size=fixed,
-        read_only_bindings=frozenset(read_only),
+        read_only_bindings=frozenset(() if bindings is None else read_only - written),
     )
 
 
