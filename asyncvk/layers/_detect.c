@@ -15,12 +15,22 @@
  * an AVX2 copy beside it, picked once at load by the CPU (an ifunc; no flag of the build
  * machine decides). Results are the same bits: -ffp-contract=off keeps FMA out, and
  * add, multiply, divide and compare are IEEE-exact at either width. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
-    !defined(ASYNCVK_DETECT_NO_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
+    defined(__GLIBC__) && !defined(ASYNCVK_DETECT_NO_CLONES)
+/* gcc 12 named arch=x86-64-v3 in target_clones; the ifunc that picks a copy needs glibc (musl
+ * has none) */
 #define HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define HAS_CLONES 1
 #else
 #define HOT
+#define HAS_CLONES 0
 #endif
+
+/* Whether this build carries the AVX2 copies (a test compares them with the baseline). */
+int detect_has_clones(void)
+{
+    return HAS_CLONES;
+}
 
 /* The permutation ncnn's qsort_descent_inplace leaves `scores` in (sorted in place too). Its
  * two halves are disjoint, so they may be sorted in any order: the larger waits on a stack,

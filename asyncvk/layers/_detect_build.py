@@ -18,6 +18,7 @@ from pathlib import Path
 from cffi import FFI
 
 CDEF = """
+int detect_has_clones(void);
 void detect_qsort_order(float *scores, int64_t *order, int64_t n);
 int64_t detect_nms(const float *boxes, const float *areas, int64_t n, float threshold,
                    int multiply, int64_t *picked, float *scratch);

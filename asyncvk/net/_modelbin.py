@@ -52,7 +52,8 @@ class ModelBinReader:
     553 MB: about 1 s of page faults and copying on a 2-core machine). The buffer is immutable
     (a caller's writable one is copied once), so the views never change. Shorter raw runs are
     read-only copies, so that a file of converted weights (fp16, int8, codebook: fresh arrays)
-    is not kept alive by its biases. A layer that changes weights makes its own array.
+    is not kept alive by its biases; one with a raw run past the bound (a 21841-class head's
+    bias) still is. A layer that changes weights makes its own array.
     """
 
     def __init__(self, data: bytes | bytearray | memoryview, source: str = "<bytes>") -> None:
@@ -105,7 +106,8 @@ class ModelBinReader:
 
     def load(self, w: int, type: int) -> np.ndarray:
         """Read ``w`` values as a 1-D float32 array (ncnn ``ModelBin::load(w, type)``); raw
-        float32 ones are read-only views."""
+        float32 runs of at least ``VIEW_MIN_BYTES`` are read-only views, shorter ones
+        read-only copies."""
         return self._load(w, type, int8=False)
 
     def load_int8_or_float(self, w: int) -> np.ndarray:
