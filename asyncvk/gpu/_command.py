@@ -62,13 +62,18 @@ class DispatchablePipeline(Protocol):
     def push_constant_size(self) -> int: ...
 
 
-def _overlap(ranges: list[tuple[Any, int, int]], others: list[tuple[Any, int, int]]) -> bool:
+#: (VkBuffer, first byte, end): what a command reads or writes
+_Range = tuple[Any, int, int]
+
+
+def _overlap(ranges: list[_Range], others: list[_Range]) -> bool:
     """Whether a byte range of ``ranges`` meets one of ``others`` in the same VkBuffer."""
-    return any(
-        buffer == other and start < other_end and other_start < end
-        for buffer, start, end in ranges
-        for other, other_start, other_end in others
-    )
+    for buffer, start, end in ranges:
+        for other, other_start, other_end in others:
+            # the integers first: comparing two cffi handles costs more
+            if start < other_end and other_start < end and buffer == other:
+                return True
+    return False
 
 
 class CommandRecorder:
@@ -100,8 +105,8 @@ class CommandRecorder:
         #: independent branches (inception columns, fire modules, detection heads) overlap.
         self.barriers_on_hazards = False
         #: (VkBuffer, first byte, end) read and written since the last barrier
-        self._reads: list[tuple[Any, int, int]] = []
-        self._writes: list[tuple[Any, int, int]] = []
+        self._reads: list[_Range] = []
+        self._writes: list[_Range] = []
         #: Seconds from submit to the host seeing the fence, for this buffer's last two runs
         #: (oldest first): what :meth:`VulkanDevice.run` expects the next run to take.
         self.run_times: tuple[float, ...] = ()
@@ -177,10 +182,13 @@ class CommandRecorder:
             read_only: frozenset[int] = getattr(pipeline, "read_only_bindings", frozenset())
             info = getattr(pipeline, "info", None)  # buffer i goes to the i-th binding declared
             numbers = [b.binding for b in info.bindings] if info else range(len(buffers))
-            bound = list(zip(numbers, buffers, strict=False))
-            self._order(
-                [b for n, b in bound if n in read_only], [b for n, b in bound if n not in read_only]
-            )
+            read: list[_Range] = []
+            written: list[_Range] = []
+            for number, b in zip(numbers, buffers, strict=False):
+                (read if number in read_only else written).append(
+                    (b.block.buffer, b.offset, b.offset + b.size)
+                )
+            self._order(read, written)
         cb = self.command_buffer
         if buffers:
             self._bind_buffers(pipeline, buffers)
@@ -221,14 +229,13 @@ class CommandRecorder:
             cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, sets, 0, ffi.NULL
         )
 
-    def _order(self, reads: Sequence[Buffer], writes: Sequence[Buffer]) -> None:
+    def _order(self, read: list[_Range], written: list[_Range]) -> None:
         """Barrier first if the next command reads what a command since the last barrier
         wrote, or writes what one read or wrote (read-after-write, write-after-read,
         write-after-write, by byte range of each VkBuffer); then note its ranges. A binding
         not declared read-only counts as both read and written."""
-        read = [(b.vk_buffer, b.offset, b.offset + b.size) for b in reads]
-        written = [(b.vk_buffer, b.offset, b.offset + b.size) for b in writes]
-        if _overlap(read + written, self._writes) or _overlap(written, self._reads):
+        pending = self._writes
+        if _overlap(read, pending) or _overlap(written, pending) or _overlap(written, self._reads):
             self.barrier()
         self._reads += read
         self._writes += written
@@ -254,7 +261,10 @@ class CommandRecorder:
     def copy(self, src: Buffer, dst: Buffer, size: int | None = None) -> None:
         n = min(src.size, dst.size) if size is None else size
         if self.barriers_on_hazards:
-            self._order([src.sub(0, n)], [dst.sub(0, n)])
+            self._order(
+                [(src.block.buffer, src.offset, src.offset + n)],
+                [(dst.block.buffer, dst.offset, dst.offset + n)],
+            )
         region = ffi.new(
             "VkBufferCopy*", {"srcOffset": src.offset, "dstOffset": dst.offset, "size": n}
         )
