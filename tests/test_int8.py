@@ -234,6 +234,35 @@ async def test_int8_layer_on_gpu(case: Case, tmp_path: Path) -> None:
     await _check(case, tmp_path, gpu=True, cpu_expected=set())
 
 
+@needs_vulkan
+@pytest.mark.parametrize("tiled", ["always", "never"])
+async def test_int8_grouped_layer_in_either_shader(
+    tiled: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """4 channels a group: the grouped tiled shader (CPU devices' choice) and the one-output
+    shader (GPUs') both match ncnn, and the one forced is the one dispatched, on any device."""
+    from asyncvk import Net, Option
+    from asyncvk.layers import _conv_shaders
+    from asyncvk.net._dispatch_profile import ProfilingExtractor
+
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", tiled)
+    case = _grouped(2)
+    model = case.model(tmp_path)
+    x = np.random.default_rng(9).uniform(-2, 2, case.shape).astype(np.float32)
+    theirs = ncnn_forward(model, {"in0": x}, ["out0"])["out0"]
+    async with Net(Option()) as net:
+        await net.load_param(model.param)
+        await net.load_model(model.bin)
+        async with ProfilingExtractor(net) as ex:
+            ex.input("in0", x)
+            ours = await ex.extract("out0")
+            assert ex.profile is not None
+            shaders = {d.shader for d in ex.profile.dispatches}
+    want = "convolution_tiled" if tiled == "always" else "convolution"
+    assert want in shaders, shaders
+    assert_close(ours, theirs, f"{case.id} ({tiled})", case.rtol)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 async def test_int8_layer_on_cpu(case: Case, tmp_path: Path) -> None:
     await _check(case, tmp_path, gpu=False, cpu_expected=set())
