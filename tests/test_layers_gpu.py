@@ -381,7 +381,7 @@ async def test_flat_and_tiled_layouts(
     c, oh, ow = (*expected[0].shape, 1, 1)[:3]  # a global pooling's output is (c,)
     windowed = [d.groups for d in dispatches if d.shader == "pooling"]
     assert windowed or "4=1" in case.params.split(), "only a global pooling runs another shader"
-    flat_groups = (math.ceil(c * oh * ow / 8), 1, 1)
+    flat_groups = (math.ceil(c * oh * ow / pooling.FLAT_LOCAL[0]), 1, 1)
     assert windowed == [] or windowed == [
         flat_groups if flat == "always" else (math.ceil(ow / 8), math.ceil(oh / 8), c)
     ]

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from ..gpu._info import GpuInfo
 from . import _int8
 from ._base import Layer, ModelBin, Shape
 from ._conv_shaders import pack_tiled
@@ -118,13 +119,13 @@ class InnerProduct(Layer):
         # ncnn applies InnerProduct per row for 2-D input; the GPU path flattens only.
         return len(input_shapes) == 1 and len(input_shapes[0]) != 2
 
-    def _blocked(self, target: GpuTarget) -> bool:
+    def _blocked(self, info: GpuInfo) -> bool:
         """Whether this layer runs innerproduct_blocked.comp (float layers, CPU devices)."""
-        return not self.int8_scale_term and on_cpu_devices(FLAT_OUTPUTS, target.info)
+        return not self.int8_scale_term and on_cpu_devices(FLAT_OUTPUTS, info)
 
     def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
         bias = self.bias if self.bias is not None else np.zeros(1, np.float32)
-        if self._blocked(target):  # [n_out / 8][n_in][8]: the tiled convolution's 1x1 layout
+        if self._blocked(target.info):  # [n_out / 8][n_in][8]: the tiled convolution's 1x1 layout
             return {"weight": pack_tiled(self.weight, self.num_output, 1), "bias": bias}
         if self.int8 is None:
             return {"weight": self.weight, "bias": bias}
@@ -136,7 +137,7 @@ class InnerProduct(Layer):
         flat = on_cpu_devices(FLAT_OUTPUTS, target.info)
         local = FLAT_LOCAL if flat else (64, 1, 1)
         float_spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
-        if self._blocked(target):
+        if self._blocked(target.info):
             return {"ip": PipelineSpec("innerproduct_blocked", float_spec, FLAT_LOCAL)}
         if not self.int8_scale_term:
             return {"ip": PipelineSpec("innerproduct", (*float_spec, int(flat)), local)}
@@ -149,7 +150,7 @@ class InnerProduct(Layer):
             push = pack_push("2i", source.size, self.num_output)
             bindings = blobs_and_weights(ctx, [source], outputs)
             if on_cpu_devices(FLAT_OUTPUTS, ctx.info):
-                per_invocation = 1 if self.int8_scale_term else BLOCK
+                per_invocation = BLOCK if self._blocked(ctx.info) else 1
                 invocations = math.ceil(self.num_output / per_invocation)
                 wanted = (math.ceil(invocations / FLAT_LOCAL[0]), 1, 1)
                 ctx.dispatch("ip", bindings, push, capped_groups(wanted, ctx.info))
