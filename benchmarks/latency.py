@@ -77,15 +77,36 @@ def ncnn_latency(d: Path, loops: int) -> dict[str, Any]:
     return _stats([once() for _ in range(loops)])
 
 
-async def asyncvk_latency(d: Path, loops: int, fp16: bool) -> dict[str, Any]:
+async def _output(d: Path, option: Option) -> np.ndarray:
     in_name, out_name = blob_names(d)
-    async with Net(Option(use_fp16_storage=fp16)) as net:
+    async with Net(option) as net:
+        await net.load_param(d / "model.param")
+        await net.load_model(d / "model.bin")
+        ex = net.create_extractor()
+        ex.input(in_name, np.load(d / "input.npy"))
+        return await ex.extract(out_name)
+
+
+async def asyncvk_latency(d: Path, loops: int, option: Option) -> dict[str, Any]:
+    in_name, out_name = blob_names(d)
+    async with Net(option) as net:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
         await net.background_builds()  # time what the model settles on
         x = np.load(d / "input.npy")
         result: dict[str, Any] = _stats(await timed_extractions(net, in_name, x, out_name, loops))
         result["pipelines"] = net.cache.statistics().pipelines_created
+        ex = net.create_extractor()
+        ex.input(in_name, x)
+        out = await ex.extract(out_name)
+    if option.use_fp16_storage or option.use_fp16_arithmetic:
+        # after the timing, in the same process: how far fp16 moved the output from fp32
+        reference = await _output(d, Option())
+        if reference.shape == out.shape:
+            error = np.linalg.norm(out - reference) / max(np.linalg.norm(reference), 1e-30)
+            result["rel_l2_vs_fp32"] = float(f"{error:.3g}")
+        else:
+            result["rel_l2_vs_fp32"] = f"shape {out.shape} vs fp32 {reference.shape}"
     return result
 
 
@@ -94,6 +115,7 @@ VARIANTS = (
     "asyncvk",
     "asyncvk_fp16",
     "asyncvk_tiled_conv",
+    "asyncvk_fp16_arith",
     "asyncvk_no_splitk",
     "asyncvk_plain_gemm",
     "asyncvk_no_conv_gemm",
@@ -113,7 +135,12 @@ def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
         _conv_shaders.GEMM_SHADER = "never"
     if variant == "asyncvk_plain_gemm":  # gemm.comp where gemm_tiled.comp would run
         _strided_gemm.TILED_GEMM = "never"
-    return asyncio.run(asyncvk_latency(d, loops, variant == "asyncvk_fp16"))
+    option = Option(
+        use_fp16_storage=variant == "asyncvk_fp16",
+        # fp32 storage, fp16 operands where a shader has them (the matrix-unit convolution)
+        use_fp16_arithmetic=variant == "asyncvk_fp16_arith",
+    )
+    return asyncio.run(asyncvk_latency(d, loops, option))
 
 
 def _in_child(variant: str, d: Path, loops: int, timeout: float) -> dict[str, Any]:
@@ -148,8 +175,9 @@ def in_processes(
         "process_medians_ms": medians,
         "spread": round((max(medians) - min(medians)) / min(medians), 3),
     }
-    if "pipelines" in good[-1]:
-        result["pipelines"] = good[-1]["pipelines"]
+    for key in ("pipelines", "rel_l2_vs_fp32"):
+        if key in good[-1]:
+            result[key] = good[-1][key]
     if errors:
         result["errors"] = errors
     return result
@@ -161,6 +189,7 @@ def _ratios(row: dict[str, Any]) -> None:
     for key, label in (
         ("asyncvk", "asyncvk_over_ncnn"),
         ("asyncvk_fp16", "asyncvk_fp16_over_ncnn"),
+        ("asyncvk_fp16_arith", "asyncvk_fp16_arith_over_ncnn"),
     ):
         ours = row.get(key, {}).get("median_ms")
         if ncnn and ours is not None:

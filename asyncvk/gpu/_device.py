@@ -23,7 +23,7 @@ from .._errors import GpuTimeoutError
 from .._threads import outlive, run_sync, thread_pool
 from ._command import CommandRecorder
 from ._info import GpuInfo
-from ._instance import get_default_gpu_index, get_gpu_info, instance
+from ._instance import COOPMAT_EXTENSION, get_default_gpu_index, get_gpu_info, instance
 from ._memory import Allocator, Buffer, MemoryKind
 from ._quirks import Quirks
 
@@ -146,6 +146,12 @@ class VulkanDevice:
             f13 = ffi.new("VkPhysicalDeviceVulkan13Features*")
             f13.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES
             chain.append(f13)
+        extensions = [n for n in ("VK_KHR_portability_subset",) if n in info.extensions]
+        if info.support_cooperative_matrix:
+            coopmat = ffi.new("VkPhysicalDeviceCooperativeMatrixFeaturesNV*")
+            coopmat.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV
+            chain.append(coopmat)
+            extensions.append(COOPMAT_EXTENSION)
         for a, b in itertools.pairwise(chain):
             a.pNext = b
         _vk.checked.vkGetPhysicalDeviceFeatures2(self.physical_device, feats2)
@@ -162,11 +168,7 @@ class VulkanDevice:
                 "pQueuePriorities": priority,
             },
         )
-        ext_names = [
-            ffi.new("char[]", name.encode())
-            for name in ("VK_KHR_portability_subset",)
-            if name in info.extensions
-        ]
+        ext_names = [ffi.new("char[]", name.encode()) for name in extensions]
         ext_array = ffi.new("char*[]", ext_names) if ext_names else ffi.NULL
         create = ffi.new(
             "VkDeviceCreateInfo*",

@@ -61,6 +61,8 @@ class GpuInfo:
     support_int8_arithmetic: bool
     support_int16_storage: bool
     support_pipeline_creation_feedback: bool
+    #: 16 x 16 fp16 blocks multiplied into fp32 on the matrix units (VK_NV_cooperative_matrix)
+    support_cooperative_matrix: bool
     limits: GpuLimits
     queue_families: tuple[QueueFamily, ...]
     device_local_heap_bytes: int
@@ -131,6 +133,7 @@ class GpuInfo:
             "support_int8_arithmetic": self.support_int8_arithmetic,
             "support_int16_storage": self.support_int16_storage,
             "support_pipeline_creation_feedback": self.support_pipeline_creation_feedback,
+            "support_cooperative_matrix": self.support_cooperative_matrix,
             "limits": asdict(self.limits),
             "queue_families": [
                 {"index": q.index, "flags": q.flags, "count": q.count, "compute": q.compute}

@@ -63,7 +63,8 @@ class _Instance:
         self.messenger = self._create_messenger() if layers else None
         self.physical_devices: list[Any] = list(_vk.api.vkEnumeratePhysicalDevices(self.handle))
         self.infos: list[GpuInfo] = [
-            _query_info(i, pd, self.api_version) for i, pd in enumerate(self.physical_devices)
+            _query_info(i, pd, self.api_version, self.handle)
+            for i, pd in enumerate(self.physical_devices)
         ]
 
     @staticmethod
@@ -109,7 +110,7 @@ def _chain(*structs: Any) -> None:
         a.pNext = b
 
 
-def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
+def _query_info(index: int, pd: Any, instance_api: int, instance: Any) -> GpuInfo:
     props = _vk.api.vkGetPhysicalDeviceProperties(pd)
     api = min(int(props.apiVersion), instance_api)
     has_12 = api >= vk.VK_MAKE_VERSION(1, 2, 0)
@@ -119,6 +120,13 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
     )
     props2, subgroup, driver, sg_control = _properties2(pd, has_12, has_13, extensions)
     feats2, f11, f12, f13 = _features2(pd, has_12, has_13)
+    coopmat = (
+        has_12
+        and bool(f12.shaderFloat16)
+        and bool(f12.vulkanMemoryModel)
+        and COOPMAT_EXTENSION in extensions
+        and _coopmat_fp16_block(instance, pd)
+    )
     device_local, unified = _memory_summary(pd)
     queues = tuple(
         QueueFamily(i, int(q.queueFlags), int(q.queueCount))
@@ -148,6 +156,7 @@ def _query_info(index: int, pd: Any, instance_api: int) -> GpuInfo:
         and bool(feats2.features.shaderInt16),
         support_pipeline_creation_feedback=has_13
         or "VK_EXT_pipeline_creation_feedback" in extensions,
+        support_cooperative_matrix=coopmat,
         limits=_limits(props.limits),
         queue_families=queues,
         device_local_heap_bytes=device_local,
@@ -197,6 +206,42 @@ def _features2(pd: Any, has_12: bool, has_13: bool) -> tuple[Any, Any, Any, Any]
     _chain(*fchain)
     _vk.checked.vkGetPhysicalDeviceFeatures2(pd, feats2)
     return feats2, f11, f12, f13
+
+
+#: The matrix-unit extension glslang 12 (Debian bookworm's) compiles: GL_NV_cooperative_matrix.
+#: Its successor VK_KHR_cooperative_matrix needs a newer glslang than the install has.
+COOPMAT_EXTENSION = "VK_NV_cooperative_matrix"
+_FLOAT16 = 0  # VK_COMPONENT_TYPE_FLOAT16_NV
+_FLOAT32 = 1  # VK_COMPONENT_TYPE_FLOAT32_NV
+_SCOPE_SUBGROUP = 3  # VK_SCOPE_SUBGROUP_NV
+
+
+def _coopmat_fp16_block(instance: Any, pd: Any) -> bool:
+    """Whether the device multiplies 16 x 16 fp16 blocks (k 16) into fp32 ones at subgroup
+    scope: the one shape ``convolution_gemm_coopmat.comp`` is written for."""
+    address = _vk.checked.vkGetInstanceProcAddr(
+        instance, b"vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"
+    )
+    if address == ffi.NULL:
+        return False
+    # the raw function, so each element's sType is set as the spec asks (the binding's
+    # wrapper leaves it zero)
+    fn = ffi.cast("PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV", address)
+    count = ffi.new("uint32_t*")
+    if fn(pd, count, ffi.NULL) < 0 or count[0] == 0:
+        return False
+    props = ffi.new("VkCooperativeMatrixPropertiesNV[]", count[0])
+    for i in range(count[0]):
+        props[i].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV
+    if fn(pd, count, props) < 0:
+        return False
+    return any(
+        (p.MSize, p.NSize, p.KSize) == (16, 16, 16)
+        and (p.AType, p.BType) == (_FLOAT16, _FLOAT16)
+        and (p.CType, p.DType) == (_FLOAT32, _FLOAT32)
+        and p.scope == _SCOPE_SUBGROUP
+        for p in props[0 : count[0]]
+    )
 
 
 def _memory_summary(pd: Any) -> tuple[int, bool]:

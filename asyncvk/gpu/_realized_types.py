@@ -25,6 +25,7 @@ TYPES = (
     "VkCommandBufferBeginInfo",
     "VkCommandPoolCreateInfo",
     "VkComputePipelineCreateInfo",
+    "VkCooperativeMatrixPropertiesNV",
     "VkDebugUtilsMessengerCreateInfoEXT",
     "VkDescriptorBufferInfo",
     "VkDescriptorPoolCreateInfo",
@@ -45,6 +46,7 @@ TYPES = (
     "VkInstanceCreateInfo",
     "VkMemoryAllocateInfo",
     "VkMemoryBarrier",
+    "VkPhysicalDeviceCooperativeMatrixFeaturesNV",
     "VkPhysicalDeviceDriverProperties",
     "VkPhysicalDeviceFeatures2",
     "VkPhysicalDeviceProperties2",
@@ -75,6 +77,7 @@ TYPES = (
 #: C types of plain values, spelled as the package spells them (on a GIL build cffi realizes
 #: even its primitive types lazily)
 VALUE_TYPES = (
+    "PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
     "char*",
     "char*[]",
     "char[]",

@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from ..gpu._info import GpuInfo
+from ..shader._options import ShaderOptions
 from ._device_choice import FLAT_LOCAL, on_cpu_devices
 
 #: Where ungrouped convolutions run the tiled shader: "cpu" devices, "always" or "never".
@@ -151,6 +152,27 @@ def gemm_offered(info: GpuInfo, taps: int, channels: int) -> bool:
     fewest_taps, fewest_channels = GEMM_BOUNDS
     return GEMM_SHADER == "always" or (
         not info.is_cpu and taps >= fewest_taps and channels >= fewest_channels
+    )
+
+
+#: "auto": convolution_gemm_coopmat.comp replaces convolution_gemm.comp where the net asked for
+#: fp16 arithmetic and the device has the matrix units; "never" keeps the fp32 shader.
+GEMM_COOPMAT = "auto"
+#: the one subgroup size the cooperative shader's split of its tile's 16 blocks was measured
+#: with (NVIDIA's, fixed); a device that varies its size would break the shader's block count
+COOPMAT_SUBGROUP = 32
+
+
+def gemm_coopmat(options: ShaderOptions, info: GpuInfo) -> bool:
+    """Whether a layer's GEMM pipeline is the matrix-unit shader: fp16 operands (the net asked
+    for fp16 arithmetic, and ``options`` holds it only where the device has it) multiplied into
+    fp32 sums, on a device with 16 x 16 fp16 blocks and a fixed subgroup of 32."""
+    return (
+        GEMM_COOPMAT == "auto"
+        and options.use_fp16_arithmetic
+        and info.support_cooperative_matrix
+        and info.subgroup_size == info.min_subgroup_size == info.max_subgroup_size
+        and info.subgroup_size == COOPMAT_SUBGROUP
     )
 
 

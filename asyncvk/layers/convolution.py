@@ -373,8 +373,11 @@ class Convolution(ConvParams):
                 "convolution_splitk", (*ungrouped, self.group), _conv_shaders.LOCAL
             )
         if self._gemm(target.info):
+            coopmat = _conv_shaders.gemm_coopmat(target.options, target.info)
             pipelines["conv_gemm"] = PipelineSpec(
-                "convolution_gemm", ungrouped, _conv_shaders.GEMM_LOCAL
+                "convolution_gemm_coopmat" if coopmat else "convolution_gemm",
+                ungrouped,
+                _conv_shaders.GEMM_LOCAL,
             )
             epilogue = specs[7:11]  # bias_term and the activation
             pipelines["conv_gemm_sum"] = PipelineSpec(
