@@ -1,7 +1,7 @@
 """Where asyncvk's inference time goes on the GPU: a timestamp around every dispatch, per model.
 
     python benchmarks/dispatch_profile.py [--models a,b] [--models-dir tests/models]
-        [--suite DIR [--suite-models a,b]] [--loops 20] [--top 15] [--fp16]
+        [--suite DIR [--suite-models a,b]] [--loops 20] [--top 15] [--fp16] [--fp16-arith]
         [--all-dispatches] [--out FILE.json]
 
 Models: the folders of ``--models-dir`` named by ``--models`` (default: all of tests/models;
@@ -50,11 +50,13 @@ from asyncvk.net._dispatch_profile import (
 )
 
 
-async def profile_model(d: Path, loops: int, top: int, fp16: bool, every: bool) -> dict[str, Any]:
+async def profile_model(
+    d: Path, loops: int, top: int, option: Option, every: bool
+) -> dict[str, Any]:
     """Plain and profiled latency of one model folder, in this process."""
     in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
-    async with Net(Option(use_fp16_storage=fp16)) as net:
+    async with Net(option) as net:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
         await net.background_builds()  # time what the model settles on
@@ -94,6 +96,7 @@ async def profile_model(d: Path, loops: int, top: int, fp16: bool, every: bool) 
 def _in_child(d: Path, args: argparse.Namespace) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--child-dir", str(d), "--loops", str(args.loops)]
     argv += ["--top", str(args.top)] + ["--fp16"] * args.fp16
+    argv += ["--fp16-arith"] * args.fp16_arith
     argv += ["--all-dispatches"] * args.all_dispatches
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=args.timeout)
@@ -115,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loops", type=int, default=20)
     parser.add_argument("--top", type=int, default=15, help="slowest dispatches listed")
     parser.add_argument("--fp16", action="store_true", help="fp16 storage (as ncnn's default)")
+    parser.add_argument(
+        "--fp16-arith", action="store_true", help="fp16 arithmetic (the matrix-unit convolution)"
+    )
     parser.add_argument("--all-dispatches", action="store_true", help="list every dispatch")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per model")
     parser.add_argument("--out", default=None)
@@ -123,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.loops < 1:
         parser.error("--loops must be at least 1")
     if args.child_dir is not None:
+        option = Option(use_fp16_storage=args.fp16, use_fp16_arithmetic=args.fp16_arith)
         row = asyncio.run(
-            profile_model(args.child_dir, args.loops, args.top, args.fp16, args.all_dispatches)
+            profile_model(args.child_dir, args.loops, args.top, option, args.all_dispatches)
         )
         print(json.dumps(row))
         return 0
@@ -140,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "loops": args.loops,
         "fp16_storage": args.fp16,
+        "fp16_arithmetic": args.fp16_arith,
         "isolation": "one fresh process per model",
         "models": [],
     }

@@ -1,13 +1,14 @@
 #version 450
 // convolution_gemm.comp on the matrix units (VK_NV_cooperative_matrix): the same 64-channel x
-// 64-pixel tiles, 16 taps a step, the same bindings, constants and split of the taps, so a
-// layer swaps one for the other. Chosen only where the net asked for fp16 arithmetic and the
-// device multiplies 16x16 fp16 blocks into fp32 (layers/_conv_shaders.py, gemm_coopmat).
-// Each step stages both operands in shared memory as fp16 (ncnn's fp16 arithmetic rounds them
-// the same way); the subgroups share the tile's 16 blocks of 16 x 16 outputs and accumulate
-// them in fp32 across every step, so only the operands are rounded, never the sums. The
-// epilogue (bias, activation, or the fp32 partial of a split) reads the accumulators back
-// through shared memory, one output column a lane, so the writes are coalesced.
+// 64-pixel tiles, the same bindings, constants and split of the taps, so a layer swaps one for
+// the other. Chosen only where the net asked for fp16 arithmetic and the device multiplies
+// 16x16 fp16 blocks into fp32 (layers/_conv_shaders.py, gemm_coopmat).
+// Each step stages 32 taps of both operands in shared memory as fp16 (ncnn's fp16 arithmetic
+// rounds them the same way) while the next step's are read into registers; the subgroups share
+// the tile's 16 blocks of 16 x 16 outputs and accumulate them in fp32 across every step, so
+// only the operands are rounded, never the sums. The epilogue (bias, activation, or the fp32
+// partial of a split) reads the accumulators back through shared memory, one output column a
+// lane, so the writes are coalesced.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require  // fp16 operands in any build
@@ -43,12 +44,13 @@ layout(push_constant) uniform Params {
 
 #define TILE_M 64  // output channels per workgroup
 #define TILE_N 64  // output pixels per workgroup
-#define STEP_K 16  // taps staged per step
+#define STEP_K 32  // taps staged per step: two blocks deep
 #define BLOCK 16   // a cooperative matrix is BLOCK x BLOCK
 #define INVOCATIONS 256
+#define EACH 8     // taps of one row of A and of one column of B that an invocation stages
 // the tile's 16 blocks shared by the workgroup's subgroups (the device's size, a macro of the
 // SPIR-V key; 32 where a build passes no device macros); the layer runs this shader only on a
-// fixed subgroup of 32
+// fixed subgroup of 32, which gives each subgroup two blocks side by side (one A block)
 #ifndef AVK_SUBGROUP_SIZE
 #define AVK_SUBGROUP_SIZE 32
 #endif
@@ -60,21 +62,63 @@ shared float16_t tile_a[TILE_M * STEP_K];  // [channel][tap]
 shared float16_t tile_b[STEP_K * TILE_N];  // [tap][pixel]
 shared float tile_c[TILE_M * TILE_N];      // [channel][pixel], the accumulators read back
 
+// The next step's operands, read from global memory into registers while the matrix units
+// work on the step staged in shared memory.
+float next_a[EACH];
+float next_b[EACH];
+
+void fetch(int k0, int k_end, int taps, bool m_ok, int wrow, int a_k, bool n_ok, int b_k,
+           int y0, int x0) {
+    for (int j = 0; j < EACH; j++) {
+        int k = k0 + a_k + j;
+        next_a[j] = (m_ok && k < k_end) ? float(weight[wrow + k]) : 0.0;
+    }
+    // the patch's taps k .. k + EACH - 1, walked without a division per tap
+    const int maxk = kernel_w * kernel_h;
+    int k = k0 + b_k;
+    int ic = k / maxk;
+    int r = k - ic * maxk;
+    int ky = r / kernel_w;
+    int kx = r - ky * kernel_w;
+    for (int j = 0; j < EACH; j++) {
+        float v = 0.0;
+        if (n_ok && k + j < k_end) {
+            int y = y0 + ky * dilation_h;
+            int x = x0 + kx * dilation_w;
+            bool inside = y >= 0 && y < p.h && x >= 0 && x < p.w;
+            v = inside ? float(x_in[(ic * p.h + y) * p.w + x]) : pad_value;
+        }
+        next_b[j] = v;
+        kx++;
+        if (kx == kernel_w) {
+            kx = 0;
+            ky++;
+            if (ky == kernel_h) {
+                ky = 0;
+                ic++;
+            }
+        }
+    }
+}
+
 void main() {
     const int maxk = kernel_w * kernel_h;
     int taps = p.c * maxk;
     int pixels = p.outw * p.outh;
     int lid = int(gl_LocalInvocationIndex);
     int sub = int(gl_SubgroupID);
-    // what it stages: 4 taps of one channel's weights, 4 taps of one pixel's patch
-    int a_m = lid / 4;
-    int a_k = (lid % 4) * 4;
+    int a_m = lid / (STEP_K / EACH);
+    int a_k = (lid % (STEP_K / EACH)) * EACH;
     int b_n = lid % TILE_N;
-    int b_k = (lid / TILE_N) * 4;
+    int b_k = (lid / TILE_N) * EACH;
     int tiles_n = (pixels + TILE_N - 1) / TILE_N;
     int tiles_m = (p.outc + TILE_M - 1) / TILE_M;
     int splits = (taps + p.split_taps - 1) / p.split_taps;
     bool whole = splits == 1;
+    // this subgroup's blocks: BLOCKS_EACH side by side in one block row of the tile
+    int first = sub * BLOCKS_EACH;
+    int bm = first / (TILE_N / BLOCK);
+    int bn0 = first % (TILE_N / BLOCK);
     // the grid may be capped: tiles in turn (the bounds are the workgroup's, so barriers are
     // reached by all of its invocations)
     for (int tz = int(gl_WorkGroupID.z); tz < splits; tz += int(gl_NumWorkGroups.z)) {
@@ -95,44 +139,29 @@ void main() {
             fcoopmatNV<32, SCOPE, BLOCK, BLOCK> acc[BLOCKS_EACH];
             for (int i = 0; i < BLOCKS_EACH; i++)
                 acc[i] = fcoopmatNV<32, SCOPE, BLOCK, BLOCK>(0.0);
+            fetch(k_begin, k_end, taps, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
             for (int k0 = k_begin; k0 < k_end; k0 += STEP_K) {
-                for (int j = 0; j < 4; j++) {
-                    int k = k0 + a_k + j;
-                    float wv = (m_ok && k < k_end) ? float(weight[wrow + k]) : 0.0;
-                    tile_a[a_m * STEP_K + a_k + j] = float16_t(wv);
-                }
-                for (int j = 0; j < 4; j++) {
-                    int k = k0 + b_k + j;
-                    float v = 0.0;
-                    if (n_ok && k < k_end) {
-                        int ic = k / maxk;
-                        int r = k - ic * maxk;
-                        int ky = r / kernel_w;
-                        int y = y0 + ky * dilation_h;
-                        int x = x0 + (r - ky * kernel_w) * dilation_w;
-                        bool inside = y >= 0 && y < p.h && x >= 0 && x < p.w;
-                        v = inside ? float(x_in[(ic * p.h + y) * p.w + x]) : pad_value;
-                    }
-                    tile_b[(b_k + j) * TILE_N + b_n] = float16_t(v);
+                for (int j = 0; j < EACH; j++) {
+                    tile_a[a_m * STEP_K + a_k + j] = float16_t(next_a[j]);
+                    tile_b[(b_k + j) * TILE_N + b_n] = float16_t(next_b[j]);
                 }
                 barrier();
-                for (int i = 0; i < BLOCKS_EACH; i++) {
-                    int block = sub * BLOCKS_EACH + i;
-                    int bm = block / (TILE_N / BLOCK);
-                    int bn = block % (TILE_N / BLOCK);
+                if (k0 + STEP_K < k_end)
+                    fetch(k0 + STEP_K, k_end, taps, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
+                for (int kk = 0; kk < STEP_K; kk += BLOCK) {
                     fcoopmatNV<16, SCOPE, BLOCK, BLOCK> a;
-                    fcoopmatNV<16, SCOPE, BLOCK, BLOCK> b;
-                    coopMatLoadNV(a, tile_a, bm * BLOCK * STEP_K, STEP_K, false);
-                    coopMatLoadNV(b, tile_b, bn * BLOCK, TILE_N, false);
-                    acc[i] = coopMatMulAddNV(a, b, acc[i]);
+                    coopMatLoadNV(a, tile_a, bm * BLOCK * STEP_K + kk, STEP_K, false);
+                    for (int i = 0; i < BLOCKS_EACH; i++) {
+                        fcoopmatNV<16, SCOPE, BLOCK, BLOCK> b;
+                        coopMatLoadNV(b, tile_b, kk * TILE_N + (bn0 + i) * BLOCK, TILE_N, false);
+                        acc[i] = coopMatMulAddNV(a, b, acc[i]);
+                    }
                 }
                 barrier();
             }
             for (int i = 0; i < BLOCKS_EACH; i++) {
-                int block = sub * BLOCKS_EACH + i;
-                int bm = block / (TILE_N / BLOCK);
-                int bn = block % (TILE_N / BLOCK);
-                coopMatStoreNV(acc[i], tile_c, bm * BLOCK * TILE_N + bn * BLOCK, TILE_N, false);
+                int at = bm * BLOCK * TILE_N + (bn0 + i) * BLOCK;
+                coopMatStoreNV(acc[i], tile_c, at, TILE_N, false);
             }
             barrier();
             int px = px0 + lid % TILE_N;
