@@ -30,6 +30,7 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
         device=getattr(args, "device", None),
         cpu=getattr(args, "cpu", False),
         fp16=getattr(args, "fp16", False),
+        fp16_arithmetic=getattr(args, "fp16_arith", False),
         compile_threads=getattr(args, "compile_threads", None),
         must_hit=getattr(args, "must_hit", False),
         shape_hints=getattr(args, "shape_hints", False),

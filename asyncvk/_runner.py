@@ -29,6 +29,8 @@ class RunConfig:
     device: int | None = None
     cpu: bool = False
     fp16: bool = False
+    #: fp16 operands with fp32 sums where a shader has them (convolutions on matrix units)
+    fp16_arithmetic: bool = False
     compile_threads: int | None = None
     read_only: bool = False
     must_hit: bool = False
@@ -60,7 +62,7 @@ async def open_net(config: RunConfig) -> OpenNet:
         use_vulkan_compute=False if config.cpu else None,
         vulkan_device=config.device,
         use_fp16_storage=config.fp16,
-        use_fp16_arithmetic=False,
+        use_fp16_arithmetic=config.fp16_arithmetic,
         use_shape_hints=config.shape_hints,
         num_compile_threads=config.compile_threads,
         remote_cache=config.remote_cache,
@@ -131,6 +133,7 @@ def _open_gpu_cache(
     """Open the device and its pipeline cache on ``opt``, loading the cache file when given;
     timings and the device's names go into ``report``."""
     from .gpu import get_gpu_device
+    from .layers._conv_shaders import gemm_coopmat
 
     device = get_gpu_device(config.device)
     report["gpu_setup_s"] = time.perf_counter() - waited_since  # what this thread waited for
@@ -140,6 +143,12 @@ def _open_gpu_cache(
         "driver": info.driver_name,
         "driver_info": info.driver_info,
         "type": info.type_name,
+    }
+    options = opt.shader_options().supported_on(info)
+    report["precision"] = {
+        "fp16_storage": options.use_fp16_storage,
+        "fp16_arithmetic": options.use_fp16_arithmetic,
+        "matrix_unit_convolutions": gemm_coopmat(options, info),
     }
     cache = PipelineCache(
         device,

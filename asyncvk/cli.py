@@ -118,6 +118,11 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
     p.add_argument("--device", type=int, default=None, help="Vulkan device index")
     p.add_argument("--cpu", action="store_true", help="run on the CPU (numpy) path")
     p.add_argument("--fp16", action="store_true", help="fp16 storage where supported")
+    p.add_argument(
+        "--fp16-arith",
+        action="store_true",
+        help="fp16 operands, fp32 sums: convolutions on the matrix units where the device has them",
+    )
     p.add_argument("--compile-threads", type=int, default=None)
     p.add_argument(
         "--shape-hints",

@@ -39,6 +39,24 @@ def test_run_reports_the_fields_and_writes_outputs(tmp_path: Path) -> None:
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
 
 
+def test_fp16_arithmetic_is_asked_for_and_reported(tmp_path: Path) -> None:
+    """``--fp16-arith`` reaches the Net's options, and the report says what the device made of
+    it: fp16 arithmetic where it has it, convolutions on matrix units where it has those."""
+    from asyncvk.gpu import get_gpu_info
+
+    info = get_gpu_info()
+    for flags, asked in (((), False), (("--fp16-arith",), True)):
+        out = tmp_path / f"y{asked}.npy"
+        proc = cli(*run_args(M), "--output", f"out0={out}", "--json", *flags)
+        assert proc.returncode == 0, proc.stderr
+        precision = json.loads(proc.stdout)["precision"]
+        assert precision["fp16_storage"] is False
+        assert precision["fp16_arithmetic"] is (asked and info.support_fp16_arithmetic)
+        assert precision["matrix_unit_convolutions"] is (asked and info.support_cooperative_matrix)
+        y, ref = np.load(out), np.load(M / "output.npy")
+        assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 5e-3
+
+
 def test_cpu_path(tmp_path: Path) -> None:
     proc = cli(
         *run_args(M),
