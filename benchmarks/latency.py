@@ -122,8 +122,22 @@ VARIANTS = (
 )
 
 
+def _host_python_loop_ms() -> float:
+    """This process's host speed after its runs: host_speed.py's pure-Python loop (the same
+    work in every process; on the device tool's machines it takes 5 or 9 ms by the core)."""
+    from host_speed import measure_python_loop
+
+    return measure_python_loop()
+
+
 def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
-    """One runtime on one model, in this process (a child of ``main``)."""
+    """One runtime on one model, in this process (a child of ``main``), with its host speed."""
+    result = _measure_variant(variant, d, loops)
+    result["host_python_loop_ms"] = _host_python_loop_ms()
+    return result
+
+
+def _measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
     if variant == "ncnn":
         return ncnn_latency(d, loops)
     if variant == "asyncvk_tiled_conv":
@@ -178,6 +192,9 @@ def in_processes(
     for key in ("pipelines", "rel_l2_vs_fp32"):
         if key in good[-1]:
             result[key] = good[-1][key]
+    speeds = [r["host_python_loop_ms"] for r in good if "host_python_loop_ms" in r]
+    if speeds:  # a spread that follows these is the machine's, not the runtime's
+        result["host_python_loop_ms"] = speeds
     if errors:
         result["errors"] = errors
     return result
