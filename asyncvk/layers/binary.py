@@ -10,7 +10,6 @@ rule, so the expansion is spelled out here.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -30,7 +29,6 @@ from ._gpu_api import (
     local_size_1d,
     pack_push,
 )
-from ._paramdict import ParamDict
 from ._registry import register_layer
 from ._schema import Param, floats
 
@@ -134,50 +132,34 @@ def binary_shapes(
     return a2, b2, tuple(out)
 
 
-@functools.lru_cache(maxsize=1024)
-def _strides_by_probe(
-    shapes: tuple[Shape, ...], out_shape: Shape
-) -> tuple[tuple[int, int, int, int], ...] | None:
-    """Element strides of each input over the output's (w, h, d, c), found by running the numpy
-    reference of an add on index arrays; None when the map is not affine (or too large).
+#: where each numpy axis of a rank-1..4 blob sits in ncnn's (w, h, d, c)
+_NCNN_AXES = {1: (0,), 2: (1, 0), 3: (3, 1, 0), 4: (3, 2, 1, 0)}
 
-    Cached per process: the answer depends only on the shapes and BinaryOp's broadcasting
-    rules, and networks repeat shapes (RRDB's 161 binary layers have a handful).
-    """
+
+def broadcast_strides(
+    shapes: tuple[Shape, Shape], out_shape: Shape
+) -> tuple[tuple[int, int, int, int], ...] | None:
+    """Element strides of both operands over the output's (w, h, d, c): each operand as
+    ``forward`` reshapes it (``binary_shapes``), then numpy's broadcasting, which reads a size-1
+    axis at step 0. None for outputs of 2^24 elements or more (they stay on the CPU).
+
+    Worked out from the shapes: running the numpy reference on index arrays the output's size
+    (as this did before) took 30 ms of efficientnet_b0's first plan, most of it in probes of
+    1.2M-element maps. ``tests/test_binary_strides.py`` holds the two against each other."""
     if math.prod(out_shape) >= 1 << 24:
         return None
-    probe = BinaryOp()
-    probe.load_param(ParamDict({0: 0}))  # op 0 = add, no scalar
+    a, b = shapes
     result = []
-    for k, shape in enumerate(shapes):
-        arrays = [np.zeros(s, np.float32) for s in shapes]
-        arrays[k] = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
-        index = np.asarray(probe.forward(arrays)[0], np.float64)
-        if tuple(index.shape) != tuple(out_shape):
-            return None
-        strides = _affine_strides(index.reshape(shape4(out_shape)[::-1]))  # (c, d, h, w)
-        if strides is None:
-            return None
-        result.append(strides)
+    for shape, other in ((a, b), (b, a)):
+        expanded = _expand_shape(shape, other, len(out_shape))
+        strides = [0, 0, 0, 0]
+        step = 1
+        for axis in range(len(expanded) - 1, -1, -1):
+            if expanded[axis] != 1:
+                strides[_NCNN_AXES[len(expanded)][axis]] = step
+            step *= expanded[axis]
+        result.append((strides[0], strides[1], strides[2], strides[3]))
     return tuple(result)
-
-
-def _affine_strides(grid: np.ndarray) -> tuple[int, int, int, int] | None:
-    """(w, h, d, c) steps of a (c, d, h, w) index grid, or None when it is not affine from 0."""
-    strides = []
-    for axis in (3, 2, 1, 0):  # w, h, d, c
-        if grid.shape[axis] == 1:
-            strides.append(0)
-            continue
-        step = np.take(grid, 1, axis=axis) - np.take(grid, 0, axis=axis)
-        strides.append(int(step.flat[0]))
-    expect = sum(
-        np.arange(n).reshape([-1 if i == ax else 1 for i in range(4)]) * st
-        for ax, n, st in zip((3, 2, 1, 0), grid.shape[::-1], strides, strict=True)
-    )
-    if not np.array_equal(grid - grid.flat[0], expect) or grid.flat[0] != 0:
-        return None
-    return (strides[0], strides[1], strides[2], strides[3])
 
 
 #: Where same-shaped (or scalar) operands run ``binary_flat.comp``: "cpu" devices, "always"
@@ -249,12 +231,12 @@ class BinaryOp(Layer):
             specs["binary"] = PipelineSpec("binary", spec, local)
         return specs
 
-    def _probe(self, shapes: list[Shape]) -> tuple[tuple[int, int, int, int], ...] | None:
+    def _strides(self, shapes: list[Shape]) -> tuple[tuple[int, int, int, int], ...] | None:
         out = tuple(self.output_shapes(shapes)[0])
-        return _strides_by_probe(tuple(map(tuple, shapes)), out)
+        return broadcast_strides((tuple(shapes[0]), tuple(shapes[1])), out)
 
     def supports(self, input_shapes: list[Shape]) -> bool:
-        return self.with_scalar == 1 or self._probe(list(input_shapes)) is not None
+        return self.with_scalar == 1 or self._strides(list(input_shapes)) is not None
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         out = outputs[0]
@@ -262,9 +244,9 @@ class BinaryOp(Layer):
             strides: Sequence[tuple[int, int, int, int]] = [_contiguous(out.shape), (0, 0, 0, 0)]
             b = inputs[0]
         else:
-            probed = self._probe([i.shape for i in inputs])
-            assert probed is not None
-            strides = probed
+            found = self._strides([i.shape for i in inputs])
+            assert found is not None
+            strides = found
             b = inputs[1]
         groups = groups_1d(out.size, local_size_1d(ctx.info), ctx.info)
         operands_flat = self.with_scalar or _walks_flat(strides[1], out.shape)
