@@ -3,8 +3,9 @@
 // sum over k of weight[oc][k] * patch[k][pixel], k = (input channel, ky, kx) in ncnn's weight
 // order, the patch matrix never stored (each value read from the input where it is needed).
 // A workgroup of 256 invocations computes a 64-channel x 64-pixel tile; every step stages 16
-// taps of both operands in shared memory, and each invocation accumulates 4 channels x 4
-// pixels from them, so one multiply-add costs an eighth of a shared load and no global one.
+// taps of both operands in shared memory (the next step's read into registers meanwhile), and
+// each invocation accumulates 4 channels x 4 pixels from them, so one multiply-add costs an
+// eighth of a shared load and no global one.
 // convolution.comp reads two global values per multiply-add (one output per invocation), which
 // leaves a GPU's arithmetic idle on vgg16-like layers (3x3 over 64-512 channels on 28-224 px
 // maps). Weights and constants are convolution_splitk.comp's (group is 1).
@@ -48,6 +49,44 @@ layout(push_constant) uniform Params {
 shared vec4 tile_a[STEP_K][TILE_M / 4];  // [tap][channel / 4]
 shared vec4 tile_b[STEP_K][TILE_N / 4];  // [tap][pixel / 4]
 
+// The next step's operands, read from global memory into registers while this step's are
+// multiplied out of shared memory, so their latency hides behind the arithmetic.
+float next_a[4];
+float next_b[4];
+
+void fetch(int k0, int k_end, bool m_ok, int wrow, int a_k, bool n_ok, int b_k, int y0, int x0) {
+    for (int j = 0; j < 4; j++) {
+        int k = k0 + a_k + j;
+        next_a[j] = (m_ok && k < k_end) ? float(weight[wrow + k]) : 0.0;
+    }
+    // the patch's taps k .. k + 3, walked without a division per tap
+    const int maxk = kernel_w * kernel_h;
+    int k = k0 + b_k;
+    int ic = k / maxk;
+    int r = k - ic * maxk;
+    int ky = r / kernel_w;
+    int kx = r - ky * kernel_w;
+    for (int j = 0; j < 4; j++) {
+        float v = 0.0;
+        if (n_ok && k + j < k_end) {
+            int y = y0 + ky * dilation_h;
+            int x = x0 + kx * dilation_w;
+            bool inside = y >= 0 && y < p.h && x >= 0 && x < p.w;
+            v = inside ? float(x_in[(ic * p.h + y) * p.w + x]) : pad_value;
+        }
+        next_b[j] = v;
+        kx++;
+        if (kx == kernel_w) {
+            kx = 0;
+            ky++;
+            if (ky == kernel_h) {
+                ky = 0;
+                ic++;
+            }
+        }
+    }
+}
+
 void main() {
     const int maxk = kernel_w * kernel_h;
     int taps = p.c * maxk;
@@ -83,27 +122,15 @@ void main() {
             int y0 = oy * stride_h - p.pad_top;
             int x0 = (n - oy * p.outw) * stride_w - p.pad_left;
             vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);
+            fetch(k_begin, k_end, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
             for (int k0 = k_begin; k0 < k_end; k0 += STEP_K) {
                 for (int j = 0; j < 4; j++) {
-                    int k = k0 + a_k + j;
-                    float wv = (m_ok && k < k_end) ? float(weight[wrow + k]) : 0.0;
-                    tile_a[a_k + j][a_m / 4][a_m % 4] = wv;
-                }
-                for (int j = 0; j < 4; j++) {
-                    int k = k0 + b_k + j;
-                    float v = 0.0;
-                    if (n_ok && k < k_end) {
-                        int ic = k / maxk;
-                        int r = k - ic * maxk;
-                        int ky = r / kernel_w;
-                        int y = y0 + ky * dilation_h;
-                        int x = x0 + (r - ky * kernel_w) * dilation_w;
-                        bool inside = y >= 0 && y < p.h && x >= 0 && x < p.w;
-                        v = inside ? float(x_in[(ic * p.h + y) * p.w + x]) : pad_value;
-                    }
-                    tile_b[b_k + j][b_n / 4][b_n % 4] = v;
+                    tile_a[a_k + j][a_m / 4][a_m % 4] = next_a[j];
+                    tile_b[b_k + j][b_n / 4][b_n % 4] = next_b[j];
                 }
                 barrier();
+                if (k0 + STEP_K < k_end)
+                    fetch(k0 + STEP_K, k_end, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
                 for (int kk = 0; kk < STEP_K; kk++) {
                     vec4 a = tile_a[kk][row];
                     vec4 b = tile_b[kk][col];
