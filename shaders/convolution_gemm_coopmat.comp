@@ -58,9 +58,14 @@ layout(push_constant) uniform Params {
 #define BLOCKS_EACH ((TILE_M / BLOCK) * (TILE_N / BLOCK) / SUBGROUPS)
 #define SCOPE 3  // gl_ScopeSubgroup
 
-shared float16_t tile_a[TILE_M * STEP_K];  // [channel][tap]
-shared float16_t tile_b[STEP_K * TILE_N];  // [tap][pixel]
-shared float tile_c[TILE_M * TILE_N];      // [channel][pixel], the accumulators read back
+// Rows padded by 16 bytes: a block's 8 rows of 16 bytes then start in 8 different bank groups
+// (unpadded, A's 64-byte and B's 128-byte rows put 4 and 8 of them on the same banks)
+#define A_STRIDE (STEP_K + 8)
+#define B_STRIDE (TILE_N + 8)
+#define C_STRIDE (TILE_N + 4)
+shared float16_t tile_a[TILE_M * A_STRIDE];  // [channel][tap]
+shared float16_t tile_b[STEP_K * B_STRIDE];  // [tap][pixel]
+shared float tile_c[TILE_M * C_STRIDE];      // [channel][pixel], the accumulators read back
 
 // The next step's operands, read from global memory into registers while the matrix units
 // work on the step staged in shared memory.
@@ -142,33 +147,33 @@ void main() {
             fetch(k_begin, k_end, taps, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
             for (int k0 = k_begin; k0 < k_end; k0 += STEP_K) {
                 for (int j = 0; j < EACH; j++) {
-                    tile_a[a_m * STEP_K + a_k + j] = float16_t(next_a[j]);
-                    tile_b[(b_k + j) * TILE_N + b_n] = float16_t(next_b[j]);
+                    tile_a[a_m * A_STRIDE + a_k + j] = float16_t(next_a[j]);
+                    tile_b[(b_k + j) * B_STRIDE + b_n] = float16_t(next_b[j]);
                 }
                 barrier();
                 if (k0 + STEP_K < k_end)
                     fetch(k0 + STEP_K, k_end, taps, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
                 for (int kk = 0; kk < STEP_K; kk += BLOCK) {
                     fcoopmatNV<16, SCOPE, BLOCK, BLOCK> a;
-                    coopMatLoadNV(a, tile_a, bm * BLOCK * STEP_K + kk, STEP_K, false);
+                    coopMatLoadNV(a, tile_a, bm * BLOCK * A_STRIDE + kk, A_STRIDE, false);
                     for (int i = 0; i < BLOCKS_EACH; i++) {
                         fcoopmatNV<16, SCOPE, BLOCK, BLOCK> b;
-                        coopMatLoadNV(b, tile_b, kk * TILE_N + (bn0 + i) * BLOCK, TILE_N, false);
+                        coopMatLoadNV(b, tile_b, kk * B_STRIDE + (bn0 + i) * BLOCK, B_STRIDE, false);
                         acc[i] = coopMatMulAddNV(a, b, acc[i]);
                     }
                 }
                 barrier();
             }
             for (int i = 0; i < BLOCKS_EACH; i++) {
-                int at = bm * BLOCK * TILE_N + (bn0 + i) * BLOCK;
-                coopMatStoreNV(acc[i], tile_c, at, TILE_N, false);
+                int at = bm * BLOCK * C_STRIDE + (bn0 + i) * BLOCK;
+                coopMatStoreNV(acc[i], tile_c, at, C_STRIDE, false);
             }
             barrier();
             int px = px0 + lid % TILE_N;
             for (int row = lid / TILE_N; row < TILE_M; row += INVOCATIONS / TILE_N) {
                 int oc = oc0 + row;
                 if (oc >= p.outc || px >= pixels) break;
-                float sum = tile_c[row * TILE_N + lid % TILE_N];
+                float sum = tile_c[row * C_STRIDE + lid % TILE_N];
                 if (whole) {
                     float bv = bias_term == 1 ? float(bias[oc]) : 0.0;
                     x_out[oc * pixels + px] = sfp(activation(sum + bv, act_type, act_a, act_b));
