@@ -48,13 +48,11 @@ layout(push_constant) uniform Params {
 #define BLOCK 16   // a cooperative matrix is BLOCK x BLOCK
 #define INVOCATIONS 256
 #define EACH 8     // taps of one row of A and of one column of B that an invocation stages
-// the tile's 16 blocks shared by the workgroup's subgroups (the device's size, a macro of the
-// SPIR-V key; 32 where a build passes no device macros); the layer runs this shader only on a
-// fixed subgroup of 32, which gives each subgroup two blocks side by side (one A block)
-#ifndef AVK_SUBGROUP_SIZE
-#define AVK_SUBGROUP_SIZE 32
-#endif
-#define SUBGROUPS (INVOCATIONS / AVK_SUBGROUP_SIZE)
+// the tile's 16 blocks shared by the workgroup's subgroups: the layer runs this shader only on
+// a fixed subgroup of 32 (it compiles for any device), which gives each of the 8 subgroups two
+// blocks side by side (one A block)
+#define SUBGROUP_SIZE 32
+#define SUBGROUPS (INVOCATIONS / SUBGROUP_SIZE)
 #define BLOCKS_EACH ((TILE_M / BLOCK) * (TILE_N / BLOCK) / SUBGROUPS)
 #define SCOPE 3  // gl_ScopeSubgroup
 

@@ -158,8 +158,8 @@ def gemm_offered(info: GpuInfo, taps: int, channels: int) -> bool:
 #: "auto": convolution_gemm_coopmat.comp replaces convolution_gemm.comp where the net asked for
 #: fp16 arithmetic and the device has the matrix units; "never" keeps the fp32 shader.
 GEMM_COOPMAT = "auto"
-#: the one subgroup size the cooperative shader's split of its tile's 16 blocks was measured
-#: with (NVIDIA's, fixed); a device that varies its size would break the shader's block count
+#: the subgroup size convolution_gemm_coopmat.comp is written for (its SUBGROUP_SIZE: 8
+#: subgroups share a tile's 16 blocks); a device that varies its size would break the split
 COOPMAT_SUBGROUP = 32
 
 
