@@ -103,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.pin:
         report["pinned"] = {core: _child(core) for core in sorted(os.sched_getaffinity(0))}
     rows = free + list(report.get("pinned", {}).values())
-    report["summary"] = {k: _spread(rows, k) for k in ("nms_ms", "python_loop_ms", "numpy_exp_ms")}
+    keys = ("nms_ms", "python_loop_ms", "numpy_exp_ms")
+    report["summary"] = {k: _spread(rows, k) for k in keys if any(k in r for r in rows)}
+    errors = [r["error"] for r in rows if "error" in r]
+    if errors:
+        report["errors"] = errors
     emit(report, args.out)
     return 0
 
