@@ -9,8 +9,8 @@
 // broadcast is a zero stride and one head of a multi-head blob is a batch stride: no copies.
 // The batch is two levels (b = b1 * nb2 + b2) for MatMul's broadcast batch dims.
 // A workgroup is 8 x 8 x S invocations over a 32 x 32 tile of out: each (x, y) pair owns a
-// 4x4 block (8 loads feed 16 multiply-adds), and its S invocations along z take consecutive
-// ranges of k, whose sums meet in shared memory in range order. The ranges keep a GPU busy on
+// 4x4 block (two shared vec4 loads feed 16 multiply-adds), and its S invocations along z take
+// consecutive ranges of k, whose sums meet in shared memory in range order. The ranges keep a GPU busy on
 // products with few tiles (a transformer's 197 x 768 projections made 120 workgroups of 64:
 // each invocation ran all 768 steps alone). Workgroup x = column tile, y = row tile, z = batch.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
@@ -38,14 +38,46 @@ layout(push_constant) uniform Params {
 #define MAX_SPLITS 4
 shared vec4 partial[MAX_SPLITS - 1][64][4];  // the sums of ranges 1 .. S-1, per (x, y) pair
 
-// the 4x4 block (bi, bj) of batch b, range gl_LocalInvocationID.z of its k; every invocation
-// of the workgroup calls it the same number of times (barriers)
-void invoke(int bj, int bi, int b) {
-    int j0 = bj * 4;
-    int i0 = bi * 4;
+// Each range of k stages 16 steps of its 32 x 32 tile's A and B in shared memory (A k-major,
+// rows padded by a vec4 so the stores of 16 steps of one row spread over the banks): a pair's
+// 4x4 block then reads two vec4 a step from shared memory instead of 8 floats from global
+// memory. The next 16 steps are read into registers while these are multiplied.
+#define TILE 32
+#define STEP 16
+shared vec4 tile_a[MAX_SPLITS][STEP][TILE / 4 + 1];  // [range][k][rows / 4]
+shared vec4 tile_b[MAX_SPLITS][STEP][TILE / 4];      // [range][k][columns / 4]
+float next_a[8];
+float next_b[8];
+
+// this invocation's 8 floats of A (rows t / 16 + 4 j, step t % 16) and of B (column t % 32,
+// steps t / 32 + 2 j) for the steps from k, zero past k1
+void fetch(int k, int k1, int t, int row0, int col0, ivec2 bb) {
+    int ka = k + t % STEP;
+    for (int j = 0; j < 8; j++) {
+        int i = min(row0 + t / STEP + 4 * j, p.M - 1);
+        int at = bb.x * p.sa1 + bb.y * p.sa2 + i * p.sai + ka * p.sak;
+        next_a[j] = ka < k1 ? float(a_data[at]) : 0.0;
+    }
+    int col = min(col0 + t % TILE, p.N - 1);
+    int bcol = bb.x * p.sb1 + bb.y * p.sb2 + col * p.sbj;
+    for (int j = 0; j < 8; j++) {
+        int kb = k + t / TILE + 2 * j;
+        next_b[j] = kb < k1 ? float(b_data[bcol + kb * p.sbk]) : 0.0;
+    }
+}
+
+// the 32 x 32 tile (tx, ty) of batch b: pair (x, y) owns its 4x4 block, range
+// gl_LocalInvocationID.z of its k; every invocation of the workgroup calls it the same number
+// of times (barriers)
+void invoke(int tx, int ty, int b) {
+    int lx = int(gl_LocalInvocationID.x);
+    int ly = int(gl_LocalInvocationID.y);
+    int j0 = tx * TILE + lx * 4;
+    int i0 = ty * TILE + ly * 4;
     ivec2 bb = ivec2(b / p.nb2, b % p.nb2);
     int split = int(gl_LocalInvocationID.z);
     int splits = int(gl_WorkGroupSize.z);
+    int t = ly * 8 + lx;
 
     // clamped rows and columns: edge blocks load valid data and store only what exists
     ivec4 rows = min(ivec4(i0) + ivec4(0, 1, 2, 3), ivec4(p.M - 1));
@@ -67,20 +99,31 @@ void invoke(int bj, int bi, int b) {
     int per = (p.K + splits - 1) / splits;
     int k0 = min(p.K, split * per);
     int k1 = min(p.K, k0 + per);
-    ivec4 arow = bb.x * p.sa1 + bb.y * p.sa2 + rows * p.sai;
-    ivec4 bcol = bb.x * p.sb1 + bb.y * p.sb2 + cols * p.sbj;
-    for (int k = k0; k < k1; k++) {
-        int ak = k * p.sak;
-        int bk = k * p.sbk;
-        vec4 bv = vec4(float(b_data[bcol.x + bk]), float(b_data[bcol.y + bk]),
-                       float(b_data[bcol.z + bk]), float(b_data[bcol.w + bk]));
-        acc[0] += float(a_data[arow.x + ak]) * bv;
-        acc[1] += float(a_data[arow.y + ak]) * bv;
-        acc[2] += float(a_data[arow.z + ak]) * bv;
-        acc[3] += float(a_data[arow.w + ak]) * bv;
+    int steps = (per + STEP - 1) / STEP;  // the same in every range: barriers
+    fetch(k0, k1, t, ty * TILE, tx * TILE, bb);
+    for (int s = 0; s < steps; s++) {
+        int ks = k0 + s * STEP;
+        for (int j = 0; j < 8; j++) {
+            int r = t / STEP + 4 * j;
+            tile_a[split][t % STEP][r / 4][r % 4] = next_a[j];
+            tile_b[split][t / TILE + 2 * j][(t % TILE) / 4][t % 4] = next_b[j];
+        }
+        barrier();
+        if (s + 1 < steps)
+            fetch(ks + STEP, k1, t, ty * TILE, tx * TILE, bb);
+        int count = min(STEP, k1 - ks);
+        for (int kk = 0; kk < count; kk++) {
+            vec4 av = tile_a[split][kk][ly];
+            vec4 bv = tile_b[split][kk][lx];
+            acc[0] += av.x * bv;
+            acc[1] += av.y * bv;
+            acc[2] += av.z * bv;
+            acc[3] += av.w * bv;
+        }
+        barrier();
     }
 
-    int pair = int(gl_LocalInvocationID.y * gl_WorkGroupSize.x + gl_LocalInvocationID.x);
+    int pair = t;
     if (split > 0) {
         for (int r = 0; r < 4; r++) partial[split - 1][pair][r] = acc[r];
     }
@@ -106,11 +149,9 @@ void invoke(int bj, int bi, int b) {
 // tiles in strides of the grid when the host caps x and y: the same count for every invocation
 // of a workgroup; z (the batch) is never capped: the host leaves it whole
 void main() {
-    ivec2 size = ivec2(gl_WorkGroupSize.xy);
-    ivec2 local = ivec2(gl_LocalInvocationID.xy);
-    int blocks_x = (p.N + 3) / 4;
-    int blocks_y = (p.M + 3) / 4;
-    for (int ty = int(gl_WorkGroupID.y); ty * size.y < blocks_y; ty += int(gl_NumWorkGroups.y))
-        for (int tx = int(gl_WorkGroupID.x); tx * size.x < blocks_x; tx += int(gl_NumWorkGroups.x))
-            invoke(tx * size.x + local.x, ty * size.y + local.y, int(gl_WorkGroupID.z));
+    int tiles_x = (p.N + TILE - 1) / TILE;
+    int tiles_y = (p.M + TILE - 1) / TILE;
+    for (int ty = int(gl_WorkGroupID.y); ty < tiles_y; ty += int(gl_NumWorkGroups.y))
+        for (int tx = int(gl_WorkGroupID.x); tx < tiles_x; tx += int(gl_NumWorkGroups.x))
+            invoke(tx, ty, int(gl_WorkGroupID.z));
 }
