@@ -135,6 +135,16 @@ def instance_proc(instance: Any, name: str) -> Any:
         return None
 
 
+def instance_proc_raw(instance: Any, name: str, pfn_type: str) -> Callable[..., int] | None:
+    """An extension function of ``instance`` as the raw C function (cast to ``pfn_type``),
+    its VkResult checked like :data:`checked`'s; None if the loader does not know it. For
+    functions whose ``vulkan`` wrapper gets the call wrong (array elements' sType left 0)."""
+    address = _raw_lib.vkGetInstanceProcAddr(instance, name.encode())
+    if address == ffi.NULL:
+        return None
+    return _checked_raw(ffi.cast(pfn_type, address), name)
+
+
 def version_string(version: int) -> str:
     """``major.minor.patch`` of a Vulkan-packed API version."""
     return f"{version >> 22}.{(version >> 12) & 0x3FF}.{version & 0xFFF}"

@@ -69,7 +69,10 @@ def measure() -> dict[str, Any]:
 
 def _child(core: int | None) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--child"] + ([] if core is None else ["--core", str(core)])
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 120 s"}
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
     row: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])

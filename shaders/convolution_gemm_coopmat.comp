@@ -70,8 +70,7 @@ shared float tile_c[TILE_M * C_STRIDE];      // [channel][pixel], the accumulato
 float next_a[EACH];
 float next_b[EACH];
 
-void fetch(int k0, int k_end, int taps, bool m_ok, int wrow, int a_k, bool n_ok, int b_k,
-           int y0, int x0) {
+void fetch(int k0, int k_end, bool m_ok, int wrow, int a_k, bool n_ok, int b_k, int y0, int x0) {
     for (int j = 0; j < EACH; j++) {
         int k = k0 + a_k + j;
         next_a[j] = (m_ok && k < k_end) ? float(weight[wrow + k]) : 0.0;
@@ -142,7 +141,7 @@ void main() {
             fcoopmatNV<32, SCOPE, BLOCK, BLOCK> acc[BLOCKS_EACH];
             for (int i = 0; i < BLOCKS_EACH; i++)
                 acc[i] = fcoopmatNV<32, SCOPE, BLOCK, BLOCK>(0.0);
-            fetch(k_begin, k_end, taps, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
+            fetch(k_begin, k_end, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
             for (int k0 = k_begin; k0 < k_end; k0 += STEP_K) {
                 for (int j = 0; j < EACH; j++) {
                     tile_a[a_m * A_STRIDE + a_k + j] = float16_t(next_a[j]);
@@ -150,7 +149,7 @@ void main() {
                 }
                 barrier();
                 if (k0 + STEP_K < k_end)
-                    fetch(k0 + STEP_K, k_end, taps, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
+                    fetch(k0 + STEP_K, k_end, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
                 for (int kk = 0; kk < STEP_K; kk += BLOCK) {
                     fcoopmatNV<16, SCOPE, BLOCK, BLOCK> a;
                     coopMatLoadNV(a, tile_a, bm * BLOCK * A_STRIDE + kk, A_STRIDE, false);

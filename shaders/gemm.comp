@@ -35,8 +35,10 @@ layout(push_constant) uniform Params {
 } p;
 
 
-#define MAX_SPLITS 4
-shared vec4 partial[MAX_SPLITS - 1][64][4];  // the sums of ranges 1 .. S-1, per (x, y) pair
+// The workgroup's ranges of k (S, its z size) size the shared arrays, so a device with little
+// shared memory gets fewer ranges (layers/_strided_gemm.py, _local) rather than a failed build.
+#define SPLITS gl_WorkGroupSize.z
+shared vec4 partial[SPLITS][64][4];  // the sums of ranges 1 .. S-1, per (x, y) pair (0 unused)
 
 // Each range of k stages 16 steps of its 32 x 32 tile's A and B in shared memory (A k-major,
 // rows padded by a vec4 so the stores of 16 steps of one row spread over the banks): a pair's
@@ -44,8 +46,8 @@ shared vec4 partial[MAX_SPLITS - 1][64][4];  // the sums of ranges 1 .. S-1, per
 // memory. The next 16 steps are read into registers while these are multiplied.
 #define TILE 32
 #define STEP 16
-shared vec4 tile_a[MAX_SPLITS][STEP][TILE / 4 + 1];  // [range][k][rows / 4]
-shared vec4 tile_b[MAX_SPLITS][STEP][TILE / 4];      // [range][k][columns / 4]
+shared vec4 tile_a[SPLITS][STEP][TILE / 4 + 1];  // [range][k][rows / 4]
+shared vec4 tile_b[SPLITS][STEP][TILE / 4];      // [range][k][columns / 4]
 float next_a[8];
 float next_b[8];
 
@@ -125,12 +127,12 @@ void invoke(int tx, int ty, int b) {
 
     int pair = t;
     if (split > 0) {
-        for (int r = 0; r < 4; r++) partial[split - 1][pair][r] = acc[r];
+        for (int r = 0; r < 4; r++) partial[split][pair][r] = acc[r];
     }
     barrier();
     if (split == 0 && i0 < p.M && j0 < p.N) {
         for (int s = 1; s < splits; s++) {
-            for (int r = 0; r < 4; r++) acc[r] += partial[s - 1][pair][r];
+            for (int r = 0; r < 4; r++) acc[r] += partial[s][pair][r];
         }
         int obase = bb.x * p.so1 + bb.y * p.so2;
         for (int r = 0; r < 4; r++) {

@@ -43,8 +43,11 @@ def test_fp16_arithmetic_is_asked_for_and_reported(tmp_path: Path) -> None:
     """``--fp16-arith`` reaches the Net's options, and the report says what the device made of
     it: fp16 arithmetic where it has it, convolutions on matrix units where it has those."""
     from asyncvk.gpu import get_gpu_info
+    from asyncvk.layers._conv_shaders import gemm_coopmat
+    from asyncvk.shader import ShaderOptions
 
     info = get_gpu_info()
+    matrix_units = gemm_coopmat(ShaderOptions(use_fp16_arithmetic=True).supported_on(info), info)
     for flags, asked in (((), False), (("--fp16-arith",), True)):
         out = tmp_path / f"y{asked}.npy"
         proc = cli(*run_args(M), "--output", f"out0={out}", "--json", *flags)
@@ -52,7 +55,7 @@ def test_fp16_arithmetic_is_asked_for_and_reported(tmp_path: Path) -> None:
         precision = json.loads(proc.stdout)["precision"]
         assert precision["fp16_storage"] is False
         assert precision["fp16_arithmetic"] is (asked and info.support_fp16_arithmetic)
-        assert precision["matrix_unit_convolutions"] is (asked and info.support_cooperative_matrix)
+        assert precision["matrix_unit_convolutions"] is (asked and matrix_units)
         y, ref = np.load(out), np.load(M / "output.npy")
         assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 5e-3
 

@@ -115,19 +115,87 @@ async def _outputs(
             return out, {d.shader for d in profiled.profile.dispatches}
 
 
+#: how a layer's taps are split over workgroups: in 16-tap parts (each workgroup one step, half
+#: of it masked, the sum pass adds bias and activation), not at all (every step accumulated and
+#: prefetched in one workgroup, the shader's own epilogue), and in parts of at least 64 taps
+SPLITS = {
+    "split16": {"GEMM_FEWEST_STEPS": 1},
+    "whole": {"GEMM_BUSY": 1},
+    "split64": {"GEMM_FEWEST_STEPS": 4},
+}
+
+
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("case", MATRIX_UNIT_CASES, ids=[c.id for c in MATRIX_UNIT_CASES])
 async def test_on_matrix_units_within_fp16_rounding_of_fp32(
-    device: VulkanDevice, case: Case, monkeypatch: pytest.MonkeyPatch
+    device: VulkanDevice, case: Case, split: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not _conv_shaders.gemm_coopmat(FP16_ARITHMETIC, device.info):
         pytest.skip(f"{device.info.device_name} has no 16x16 fp16 matrix units")
     monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
-    monkeypatch.setattr(_conv_shaders, "GEMM_FEWEST_STEPS", 1)
+    for name, value in SPLITS[split].items():
+        monkeypatch.setattr(_conv_shaders, name, value)
     param, weights = build(case)
     x = RNG.standard_normal(case.inputs[0]).astype(np.float32)
     expected, _ = await _outputs(Option(use_vulkan_compute=False), param, weights, x)
     got, shaders = await _outputs(Option(use_fp16_arithmetic=True), param, weights, x)
     assert "convolution_gemm_coopmat" in shaders and "convolution_gemm" not in shaders
+    if split == "whole":
+        assert "convolution_gemm_sum" not in shaders
     # operands rounded to fp16 (2^-11 relative each), sums in fp32
     error = np.linalg.norm(got - expected) / np.linalg.norm(expected)
     assert error < 2e-3, error
+
+
+def test_a_raw_instance_function_is_called_and_checked() -> None:
+    """``_vk.instance_proc_raw`` hands out the C function the loader has, its VkResult checked;
+    None for a name the loader does not know."""
+    from asyncvk import _vk
+    from asyncvk.gpu._instance import instance
+
+    vk_instance = instance()
+    enumerate_devices = _vk.instance_proc_raw(
+        vk_instance.handle, "vkEnumeratePhysicalDevices", "PFN_vkEnumeratePhysicalDevices"
+    )
+    assert enumerate_devices is not None
+    count = _vk.ffi.new("uint32_t*")
+    assert enumerate_devices(vk_instance.handle, count, _vk.ffi.NULL) == 0
+    assert count[0] == len(vk_instance.physical_devices)
+    missing = _vk.instance_proc_raw(vk_instance.handle, "vkNoSuchFunction", "PFN_vkVoidFunction")
+    assert missing is None
+
+
+@pytest.mark.parametrize(
+    ("shapes", "found"),
+    [
+        ([(16, 16, 16, 0, 0, 1, 1, 3)], True),
+        ([(16, 8, 16, 0, 0, 1, 1, 3), (16, 16, 16, 0, 0, 0, 0, 3)], False),  # fp16 sums only
+        ([(16, 16, 16, 0, 0, 1, 1, 2)], False),  # workgroup scope
+        ([], False),
+    ],
+)
+def test_the_matrix_units_are_found_by_their_shapes(
+    monkeypatch: pytest.MonkeyPatch, shapes: list[tuple[int, ...]], found: bool
+) -> None:
+    """Only 16 x 16 x 16 blocks of fp16 into fp32 at subgroup scope count; each element the
+    driver fills has its sType set (the spec asks for it; the binding's wrapper does not)."""
+    from asyncvk import _vk
+    from asyncvk.gpu import _instance
+
+    seen_types: list[int] = []
+
+    def list_shapes(pd: object, count: object, props: object) -> int:
+        if props == _vk.ffi.NULL:
+            count[0] = len(shapes)  # type: ignore[index]
+            return 0
+        for i, (m, n, k, a, b, c, d, scope) in enumerate(shapes):
+            p = props[i]  # type: ignore[index]
+            seen_types.append(p.sType)
+            p.MSize, p.NSize, p.KSize = m, n, k
+            p.AType, p.BType, p.CType, p.DType, p.scope = a, b, c, d, scope
+        return 0
+
+    monkeypatch.setattr(_vk, "instance_proc_raw", lambda *args: list_shapes)
+    assert _instance._coopmat_fp16_block(None, None) is found
+    structure = _vk.vkapi.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV
+    assert seen_types == [structure] * len(shapes)

@@ -128,6 +128,37 @@ async def test_gemm_matches_ncnn(
     await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm")
 
 
+def test_gemm_ranges_fit_the_devices_shared_memory(device: VulkanDevice) -> None:
+    """gemm.comp sizes its shared arrays by its ranges of k: a device with little shared memory
+    gets fewer ranges, never a pipeline that cannot be built (16 KiB is Vulkan's minimum)."""
+    import dataclasses
+
+    from asyncvk.layers import _strided_gemm
+
+    def ranges(shared: int) -> int:
+        limits = dataclasses.replace(device.info.limits, max_compute_shared_memory_size=shared)
+        return _strided_gemm._local(dataclasses.replace(device.info, limits=limits))[2]
+
+    per = _strided_gemm._SHARED_PER_SPLIT
+    assert ranges(16384) * per <= 16384 and ranges(16384) >= 1
+    assert ranges(49152) == 4 and ranges(4 * per - 1) == 3 and ranges(per - 1) == 1
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+async def test_gemm_with_fewer_ranges_of_k(
+    device: VulkanDevice, tmp_path: Path, splits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gemm.comp with the workgroups a device of little shared memory gets (its arrays sized
+    by the ranges) matches ncnn on the case past its blocks with odd edges."""
+    from asyncvk.layers import _strided_gemm
+
+    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "never")
+    monkeypatch.setattr(_strided_gemm, "_MOST_SPLITS", splits)
+    case = max(PLAIN_CASES, key=lambda c: sum(m for s in c.inputs for m in s))
+    model, inputs = _gemm_model(tmp_path, case)
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm")
+
+
 BAD_GEMM = [
     ("18=1", "param 18 quantize_term=1"),
     ("2=2", "param 2 transA=2 must be 0 or 1"),

@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from .. import _vk
-from .._errors import NoDeviceError
+from .._errors import NoDeviceError, VulkanError
 from . import _driver_load, _realized_types
 from ._identity import DeviceIdentity
 from ._info import DEVICE_TYPE_NAMES, DEVICE_TYPE_RANK, GpuInfo, GpuLimits, QueueFamily
@@ -119,12 +119,13 @@ def _query_info(index: int, pd: Any, instance_api: int, instance: Any) -> GpuInf
         e.extensionName for e in _vk.api.vkEnumerateDeviceExtensionProperties(pd, None)
     )
     props2, subgroup, driver, sg_control = _properties2(pd, has_12, has_13, extensions)
-    feats2, f11, f12, f13 = _features2(pd, has_12, has_13)
+    has_coopmat = has_12 and COOPMAT_EXTENSION in extensions
+    feats2, f11, f12, f13, f_coopmat = _features2(pd, has_12, has_13, has_coopmat)
     coopmat = (
-        has_12
+        has_coopmat
+        and bool(f_coopmat.cooperativeMatrix)
         and bool(f12.shaderFloat16)
         and bool(f12.vulkanMemoryModel)
-        and COOPMAT_EXTENSION in extensions
         and _coopmat_fp16_block(instance, pd)
     )
     device_local, unified = _memory_summary(pd)
@@ -188,8 +189,11 @@ def _properties2(
     return props2, subgroup, driver, sg_control
 
 
-def _features2(pd: Any, has_12: bool, has_13: bool) -> tuple[Any, Any, Any, Any]:
-    """Features2 with the Vulkan 1.1, 1.2 and 1.3 feature structs the device's API has."""
+def _features2(
+    pd: Any, has_12: bool, has_13: bool, has_coopmat: bool
+) -> tuple[Any, Any, Any, Any, Any]:
+    """Features2 with the Vulkan 1.1, 1.2 and 1.3 feature structs the device's API has, and the
+    cooperative-matrix features where the device has the extension (all zero otherwise)."""
     feats2 = ffi.new("VkPhysicalDeviceFeatures2*")
     feats2.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
     f11 = ffi.new("VkPhysicalDeviceVulkan11Features*")
@@ -198,14 +202,18 @@ def _features2(pd: Any, has_12: bool, has_13: bool) -> tuple[Any, Any, Any, Any]
     f12.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES
     f13 = ffi.new("VkPhysicalDeviceVulkan13Features*")
     f13.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES
+    coopmat = ffi.new("VkPhysicalDeviceCooperativeMatrixFeaturesNV*")
+    coopmat.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV
     fchain = [feats2]
     if has_12:
         fchain += [f11, f12]
     if has_13:
         fchain.append(f13)
+    if has_coopmat:
+        fchain.append(coopmat)
     _chain(*fchain)
     _vk.checked.vkGetPhysicalDeviceFeatures2(pd, feats2)
-    return feats2, f11, f12, f13
+    return feats2, f11, f12, f13, coopmat
 
 
 #: The matrix-unit extension glslang 12 (Debian bookworm's) compiles: GL_NV_cooperative_matrix.
@@ -219,21 +227,24 @@ _SCOPE_SUBGROUP = 3  # VK_SCOPE_SUBGROUP_NV
 def _coopmat_fp16_block(instance: Any, pd: Any) -> bool:
     """Whether the device multiplies 16 x 16 fp16 blocks (k 16) into fp32 ones at subgroup
     scope: the one shape ``convolution_gemm_coopmat.comp`` is written for."""
-    address = _vk.checked.vkGetInstanceProcAddr(
-        instance, b"vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"
-    )
-    if address == ffi.NULL:
-        return False
     # the raw function, so each element's sType is set as the spec asks (the binding's
     # wrapper leaves it zero)
-    fn = ffi.cast("PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV", address)
-    count = ffi.new("uint32_t*")
-    if fn(pd, count, ffi.NULL) < 0 or count[0] == 0:
+    list_shapes = _vk.instance_proc_raw(
+        instance,
+        "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
+        "PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV",
+    )
+    if list_shapes is None:
         return False
-    props = ffi.new("VkCooperativeMatrixPropertiesNV[]", count[0])
-    for i in range(count[0]):
-        props[i].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV
-    if fn(pd, count, props) < 0:
+    count = ffi.new("uint32_t*")
+    try:
+        list_shapes(pd, count, ffi.NULL)
+        props = ffi.new("VkCooperativeMatrixPropertiesNV[]", count[0])
+        for i in range(count[0]):
+            props[i].sType = vk.VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV
+        list_shapes(pd, count, props)
+    except VulkanError as exc:  # a device that cannot list them does not get the shader
+        log.warning("cooperative matrix shapes not listed: %s", exc)
         return False
     return any(
         (p.MSize, p.NSize, p.KSize) == (16, 16, 16)

@@ -7,7 +7,7 @@ MultiHeadAttention's per-head slices of one buffer are all the same dispatch, wi
 Both shaders take the same operands. The tiled one shares loads across a subgroup (about
 twice as fast on lavapipe, where each load is a loop over lanes) and sums k in order;
 ``gemm.comp`` sums up to four ranges of k in order and then adds the ranges (so its last bits
-depend on how many ranges the device's workgroup size allows).
+depend on how many ranges the device's workgroup size and shared memory allow).
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ from ._gpu_api import GpuBlob, PipelineSpec, RecordContext, capped_groups, pack_
 #: gemm.comp: invocations per workgroup along (columns, rows); each computes 4x4 outputs.
 _LOCAL = (8, 8)
 _BLOCK = 4
-#: gemm.comp's ranges of k per 4x4 block (its MAX_SPLITS): the invocations along z.
+#: gemm.comp's ranges of k per 4x4 block: the invocations along z.
 _MOST_SPLITS = 4
+#: shared memory gemm.comp takes per range of k: its partial sums (64 pairs x 4 vec4) and its
+#: staged steps of A (16 x 9 vec4) and B (16 x 8 vec4)
+_SHARED_PER_SPLIT = (64 * 4 + 16 * 9 + 16 * 8) * 16
 #: gemm_tiled.comp: one workgroup of subgroups; each lane computes _TILED_ROWS x _TILED_COLS.
 _TILED_LOCAL = (64, 1, 1)
 _TILED_ROWS = 8
@@ -75,9 +78,17 @@ def gemm_spec(info: GpuInfo, has_c: bool, c_last: bool = False) -> PipelineSpec:
 
 def _local(info: GpuInfo) -> tuple[int, int, int]:
     """gemm.comp's workgroup: 8 x 8 blocks, each with as many ranges of k (up to 4) as the
-    device's workgroup size allows."""
+    device's workgroup size and shared memory allow."""
     pairs = _LOCAL[0] * _LOCAL[1]
-    splits = max(1, min(_MOST_SPLITS, info.limits.max_compute_workgroup_invocations // pairs))
+    limits = info.limits
+    splits = max(
+        1,
+        min(
+            _MOST_SPLITS,
+            limits.max_compute_workgroup_invocations // pairs,
+            limits.max_compute_shared_memory_size // _SHARED_PER_SPLIT,
+        ),
+    )
     return (*_LOCAL, splits)
 
 
