@@ -49,43 +49,8 @@ layout(push_constant) uniform Params {
 shared vec4 tile_a[STEP_K][TILE_M / 4];  // [tap][channel / 4]
 shared vec4 tile_b[STEP_K][TILE_N / 4];  // [tap][pixel / 4]
 
-// The next step's operands, read from global memory into registers while this step's are
-// multiplied out of shared memory, so their latency hides behind the arithmetic.
-float next_a[4];
-float next_b[4];
-
-void fetch(int k0, int k_end, bool m_ok, int wrow, int a_k, bool n_ok, int b_k, int y0, int x0) {
-    for (int j = 0; j < 4; j++) {
-        int k = k0 + a_k + j;
-        next_a[j] = (m_ok && k < k_end) ? float(weight[wrow + k]) : 0.0;
-    }
-    // the patch's taps k .. k + 3, walked without a division per tap
-    const int maxk = kernel_w * kernel_h;
-    int k = k0 + b_k;
-    int ic = k / maxk;
-    int r = k - ic * maxk;
-    int ky = r / kernel_w;
-    int kx = r - ky * kernel_w;
-    for (int j = 0; j < 4; j++) {
-        float v = 0.0;
-        if (n_ok && k + j < k_end) {
-            int y = y0 + ky * dilation_h;
-            int x = x0 + kx * dilation_w;
-            bool inside = y >= 0 && y < p.h && x >= 0 && x < p.w;
-            v = inside ? float(x_in[(ic * p.h + y) * p.w + x]) : pad_value;
-        }
-        next_b[j] = v;
-        kx++;
-        if (kx == kernel_w) {
-            kx = 0;
-            ky++;
-            if (ky == kernel_h) {
-                ky = 0;
-                ic++;
-            }
-        }
-    }
-}
+#define FETCH 4  // taps of A and of B an invocation stages a step
+#include "gemm_operands.h"
 
 void main() {
     const int maxk = kernel_w * kernel_h;
@@ -124,7 +89,7 @@ void main() {
             vec4 acc0 = vec4(0.0), acc1 = vec4(0.0), acc2 = vec4(0.0), acc3 = vec4(0.0);
             fetch(k_begin, k_end, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
             for (int k0 = k_begin; k0 < k_end; k0 += STEP_K) {
-                for (int j = 0; j < 4; j++) {
+                for (int j = 0; j < FETCH; j++) {
                     tile_a[a_k + j][a_m / 4][a_m % 4] = next_a[j];
                     tile_b[b_k + j][b_n / 4][b_n % 4] = next_b[j];
                 }

@@ -47,7 +47,7 @@ layout(push_constant) uniform Params {
 #define STEP_K 32  // taps staged per step: two blocks deep
 #define BLOCK 16   // a cooperative matrix is BLOCK x BLOCK
 #define INVOCATIONS 256
-#define EACH 8     // taps of one row of A and of one column of B that an invocation stages
+#define FETCH 8    // taps of one row of A and of one column of B that an invocation stages
 // the tile's 16 blocks shared by the workgroup's subgroups: the layer runs this shader only on
 // a fixed subgroup of 32 (it compiles for any device), which gives each of the 8 subgroups two
 // blocks side by side (one A block)
@@ -65,43 +65,7 @@ shared float16_t tile_a[TILE_M * A_STRIDE];  // [channel][tap]
 shared float16_t tile_b[STEP_K * B_STRIDE];  // [tap][pixel]
 shared float tile_c[TILE_M * C_STRIDE];      // [channel][pixel], the accumulators read back
 
-// The next step's operands, read from global memory into registers while the matrix units
-// work on the step staged in shared memory.
-float next_a[EACH];
-float next_b[EACH];
-
-void fetch(int k0, int k_end, bool m_ok, int wrow, int a_k, bool n_ok, int b_k, int y0, int x0) {
-    for (int j = 0; j < EACH; j++) {
-        int k = k0 + a_k + j;
-        next_a[j] = (m_ok && k < k_end) ? float(weight[wrow + k]) : 0.0;
-    }
-    // the patch's taps k .. k + EACH - 1, walked without a division per tap
-    const int maxk = kernel_w * kernel_h;
-    int k = k0 + b_k;
-    int ic = k / maxk;
-    int r = k - ic * maxk;
-    int ky = r / kernel_w;
-    int kx = r - ky * kernel_w;
-    for (int j = 0; j < EACH; j++) {
-        float v = 0.0;
-        if (n_ok && k + j < k_end) {
-            int y = y0 + ky * dilation_h;
-            int x = x0 + kx * dilation_w;
-            bool inside = y >= 0 && y < p.h && x >= 0 && x < p.w;
-            v = inside ? float(x_in[(ic * p.h + y) * p.w + x]) : pad_value;
-        }
-        next_b[j] = v;
-        kx++;
-        if (kx == kernel_w) {
-            kx = 0;
-            ky++;
-            if (ky == kernel_h) {
-                ky = 0;
-                ic++;
-            }
-        }
-    }
-}
+#include "gemm_operands.h"
 
 void main() {
     const int maxk = kernel_w * kernel_h;
@@ -109,10 +73,10 @@ void main() {
     int pixels = p.outw * p.outh;
     int lid = int(gl_LocalInvocationIndex);
     int sub = int(gl_SubgroupID);
-    int a_m = lid / (STEP_K / EACH);
-    int a_k = (lid % (STEP_K / EACH)) * EACH;
+    int a_m = lid / (STEP_K / FETCH);
+    int a_k = (lid % (STEP_K / FETCH)) * FETCH;
     int b_n = lid % TILE_N;
-    int b_k = (lid / TILE_N) * EACH;
+    int b_k = (lid / TILE_N) * FETCH;
     int tiles_n = (pixels + TILE_N - 1) / TILE_N;
     int tiles_m = (p.outc + TILE_M - 1) / TILE_M;
     int splits = (taps + p.split_taps - 1) / p.split_taps;
@@ -143,7 +107,7 @@ void main() {
                 acc[i] = fcoopmatNV<32, SCOPE, BLOCK, BLOCK>(0.0);
             fetch(k_begin, k_end, m_ok, wrow, a_k, n_ok, b_k, y0, x0);
             for (int k0 = k_begin; k0 < k_end; k0 += STEP_K) {
-                for (int j = 0; j < EACH; j++) {
+                for (int j = 0; j < FETCH; j++) {
                     tile_a[a_m * A_STRIDE + a_k + j] = float16_t(next_a[j]);
                     tile_b[(b_k + j) * B_STRIDE + b_n] = float16_t(next_b[j]);
                 }
