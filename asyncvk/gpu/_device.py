@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import itertools
 import os
 import threading
 import time
@@ -23,7 +22,13 @@ from .._errors import GpuTimeoutError
 from .._threads import outlive, run_sync, thread_pool
 from ._command import CommandRecorder
 from ._info import GpuInfo
-from ._instance import COOPMAT_EXTENSION, get_default_gpu_index, get_gpu_info, instance
+from ._instance import (
+    COOPMAT_EXTENSION,
+    features2,
+    get_default_gpu_index,
+    get_gpu_info,
+    instance,
+)
 from ._memory import Allocator, Buffer, MemoryKind
 from ._quirks import Quirks
 
@@ -132,32 +137,19 @@ class VulkanDevice:
     def _create_device(self) -> Any:
         info = self.info
         api = info.api_version
-        keep: list[Any] = []
-        feats2 = ffi.new("VkPhysicalDeviceFeatures2*")
-        feats2.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2
-        chain = [feats2]
-        if api >= vk.VK_MAKE_VERSION(1, 2, 0):
-            f11 = ffi.new("VkPhysicalDeviceVulkan11Features*")
-            f11.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES
-            f12 = ffi.new("VkPhysicalDeviceVulkan12Features*")
-            f12.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES
-            chain += [f11, f12]
-        if api >= vk.VK_MAKE_VERSION(1, 3, 0):
-            f13 = ffi.new("VkPhysicalDeviceVulkan13Features*")
-            f13.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES
-            chain.append(f13)
+        # every feature the device has, enabled: the same query that described it
+        features = features2(
+            self.physical_device,
+            api >= vk.VK_MAKE_VERSION(1, 2, 0),
+            api >= vk.VK_MAKE_VERSION(1, 3, 0),
+            info.support_cooperative_matrix,
+        )
+        feats2 = features[0]
         extensions = [n for n in ("VK_KHR_portability_subset",) if n in info.extensions]
         if info.support_cooperative_matrix:
-            coopmat = ffi.new("VkPhysicalDeviceCooperativeMatrixFeaturesNV*")
-            coopmat.sType = vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV
-            chain.append(coopmat)
             extensions.append(COOPMAT_EXTENSION)
-        for a, b in itertools.pairwise(chain):
-            a.pNext = b
-        _vk.checked.vkGetPhysicalDeviceFeatures2(self.physical_device, feats2)
         # Bounds checks cost speed and our shaders guard their own indices.
         feats2.features.robustBufferAccess = 0
-        keep += chain
         priority = ffi.new("float[1]", [1.0])
         queue_info = ffi.new(
             "VkDeviceQueueCreateInfo*",
@@ -183,7 +175,7 @@ class VulkanDevice:
         )
         out = ffi.new("VkDevice*")
         _vk.checked.vkCreateDevice(self.physical_device, create, ffi.NULL, out)
-        del keep
+        del features  # the feature chain, alive through vkCreateDevice
         return out[0]
 
     # -- bookkeeping -----------------------------------------------------------------------

@@ -120,7 +120,7 @@ def _query_info(index: int, pd: Any, instance_api: int, instance: Any) -> GpuInf
     )
     props2, subgroup, driver, sg_control = _properties2(pd, has_12, has_13, extensions)
     has_coopmat = has_12 and COOPMAT_EXTENSION in extensions
-    feats2, f11, f12, f13, f_coopmat = _features2(pd, has_12, has_13, has_coopmat)
+    feats2, f11, f12, f13, f_coopmat = features2(pd, has_12, has_13, has_coopmat)
     coopmat = (
         has_coopmat
         and bool(f_coopmat.cooperativeMatrix)
@@ -189,7 +189,7 @@ def _properties2(
     return props2, subgroup, driver, sg_control
 
 
-def _features2(
+def features2(
     pd: Any, has_12: bool, has_13: bool, has_coopmat: bool
 ) -> tuple[Any, Any, Any, Any, Any]:
     """Features2 with the Vulkan 1.1, 1.2 and 1.3 feature structs the device's API has, and the
