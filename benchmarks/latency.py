@@ -119,6 +119,7 @@ VARIANTS = (
     "asyncvk_no_splitk",
     "asyncvk_plain_gemm",
     "asyncvk_no_conv_gemm",
+    "asyncvk_no_winograd",
 )
 
 
@@ -147,6 +148,8 @@ def _measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
         _conv_shaders.SPLITK_SHADER = "never"
     if variant == "asyncvk_no_conv_gemm":  # large maps on the one-output shader too
         _conv_shaders.GEMM_SHADER = "never"
+    if variant == "asyncvk_no_winograd":  # 3x3 layers on CPU devices on the tiled shader
+        _conv_shaders.WINOGRAD_SHADER = "never"
     if variant == "asyncvk_plain_gemm":  # gemm.comp where gemm_tiled.comp would run
         _strided_gemm.TILED_GEMM = "never"
     option = Option(

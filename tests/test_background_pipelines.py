@@ -26,7 +26,8 @@ CASE: Case = next(c for c in CASES if c.params.startswith("0=70 "))  # splits it
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """GPU-like shader choices on lavapipe, and the GEMM builds held until the gate opens."""
     monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")  # lavapipe's own choice
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")  # lavapipe's own choices
+    monkeypatch.setattr(_conv_shaders, "WINOGRAD_SHADER", "never")
     opened = threading.Event()
     compile_glsl = _compiler.compile_glsl  # imported by the cache where it compiles
 

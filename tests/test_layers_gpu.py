@@ -104,6 +104,16 @@ CASES: list[Case] = [
     Case("Convolution", "0=9 1=1 4=1 5=1 6=45", [(5, 6, 7)], conv_weights(9, 5, 1)),
     # more than one 64 x 64 tile of the GEMM shader, taps not a multiple of its 16-tap step
     Case("Convolution", "0=70 1=3 4=1 5=1 6=12600 9=1", [(20, 12, 11)], conv_weights(70, 20, 3)),
+    # Winograd on CPU devices (16 channels in and out): SAME padding, two 8-tile blocks, three
+    # 8-channel blocks, partial 4x4 tiles at the bottom and right
+    Case(
+        "Convolution",
+        "0=24 1=3 4=-234 5=1 6=3456 9=2 -23310=1,0.1",
+        [(16, 9, 14)],
+        conv_weights(24, 16, 3),
+    ),
+    # ... and a map of 81 tiles (11 blocks of 8: the GEMM pass's lanes over tile blocks only)
+    Case("Convolution", "0=16 1=3 4=1 5=1 6=2304 9=1", [(16, 34, 36)], conv_weights(16, 16, 3)),
     Case(
         "Convolution",
         "0=65 1=3 2=2 3=2 4=2 5=0 6=2925 18=0.5",
@@ -293,6 +303,15 @@ CASES: list[Case] = [
 ]
 
 
+def assert_close(got: np.ndarray, expected: np.ndarray) -> None:
+    """Within 1e-4 relative, plus an absolute 2e-5 or 3e-6 of the output's largest magnitude,
+    whichever is more: Winograd F(4x4, 3x3) adds and subtracts terms up to 8x a value before
+    its outputs come out, so its fp32 rounding scales with the map's magnitude, not with each
+    output's (the direct shaders' error is within 1e-6 of that same scale)."""
+    scale = float(np.max(np.abs(expected), initial=0.0))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=max(2e-5, 3e-6 * scale))
+
+
 async def _run(
     case: Case, gpu: bool, inputs: list[np.ndarray], param: bytes, weights: bytes
 ) -> tuple[list[np.ndarray], Net]:
@@ -329,7 +348,7 @@ async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
         await gpu_net.aclose()
     for e, g in zip(expected, got, strict=True):
         assert e.shape == g.shape
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
+        assert_close(g, e)
 
 
 async def _shaders_against_reference(
@@ -353,7 +372,7 @@ async def _shaders_against_reference(
     finally:
         await gpu_net.aclose()
     for e, g in zip(expected, got, strict=True):
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=2e-5)
+        assert_close(g, e)
     return expected, dispatches
 
 
@@ -387,16 +406,19 @@ async def test_flat_and_tiled_layouts(
     ]
 
 
-@pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk", "gemm"])
+@pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk", "gemm", "winograd"])
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
 async def test_every_convolution_shader(
     device: VulkanDevice, case: Case, choice: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The tiled shader (chosen on CPU devices), the one-output shader, the split-K shader
-    (grouped layers too) and the implicit-GEMM shader (chosen on GPUs, by the taps per output
-    and the output map) all match the reference, whichever device runs the tests."""
+    (grouped layers too), the implicit-GEMM shader (chosen on GPUs, by the taps per output
+    and the output map) and the Winograd passes (3x3 kernels at stride 1 on CPU devices) all
+    match the reference, whichever device runs the tests."""
     from asyncvk.layers import _conv_shaders
 
+    winograd = "always" if choice == "winograd" else "never"
+    monkeypatch.setattr(_conv_shaders, "WINOGRAD_SHADER", winograd)
     monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if choice == "tiled" else "never")
     monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
     gemm = choice.startswith("gemm")
@@ -408,8 +430,13 @@ async def test_every_convolution_shader(
     params = dict(kv.split("=", 1) for kv in case.params.split())
     group, out_c = int(params.get("7", "1")), int(params["0"])
     pure_depthwise = group > 1 and group == out_c == case.inputs[0][0]
+    three_by_three = params["1"] == "3" and "11" not in params and params.get("3", "1") == "1"
     if pure_depthwise:
         want = "convolutiondepthwise"
+    elif choice == "winograd" and group == 1 and three_by_three and "2" not in params:
+        wino = {f"convolution_winograd_{p}" for p in ("input", "gemm", "output")}
+        assert shaders == wino
+        return
     elif choice == "tiled" and (
         group == 1 or out_c // group >= _conv_shaders.TILED_FEWEST_PER_GROUP
     ):

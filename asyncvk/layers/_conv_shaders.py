@@ -196,3 +196,57 @@ def gemm_split_taps(output: tuple[int, ...], taps: int) -> int:
     wanted = math.ceil(GEMM_BUSY / (pixel_tiles * channel_tiles))
     splits = max(1, min(wanted, GEMM_MOST_SPLITS, steps // GEMM_FEWEST_STEPS))
     return math.ceil(steps / splits) * GEMM_STEP
+
+
+#: Where 3x3 stride-1 convolutions run Winograd F(4x4, 3x3) (``convolution_winograd_*.comp``):
+#: "cpu" devices, "always" (any device: tests) or "never".
+WINOGRAD_SHADER = "cpu"
+#: fewest input and output channels for a layer to run Winograd: the transforms cost about as
+#: much per channel as 3-5 output channels' products save
+WINOGRAD_FEWEST_CHANNELS = 16
+WINOGRAD_TILE = 4  # output pixels per tile side: F(4x4, 3x3) reads 6x6 input tiles
+WINOGRAD_POSITIONS = 36
+WINOGRAD_LOCAL = FLAT_LOCAL
+#: F(4x4, 3x3)'s weight transform G (6 x 3): the points 0, 1, -1, 2, -2 and infinity
+_WINOGRAD_G = np.array(
+    [
+        [1 / 4, 0, 0],
+        [-1 / 6, -1 / 6, -1 / 6],
+        [-1 / 6, 1 / 6, -1 / 6],
+        [1 / 24, 1 / 12, 1 / 6],
+        [1 / 24, -1 / 12, 1 / 6],
+        [0, 0, 1],
+    ],
+    np.float32,
+)
+
+
+def winograd(info: GpuInfo, kernel: tuple[int, int], stride: tuple[int, int],
+             dilation: tuple[int, int], in_c: int, out_c: int) -> bool:  # fmt: skip
+    """Whether an ungrouped float layer runs the Winograd passes on ``info``'s device."""
+    if WINOGRAD_SHADER == "never" or kernel != (3, 3) or stride != (1, 1) or dilation != (1, 1):
+        return False
+    if WINOGRAD_SHADER == "always":
+        return True
+    return min(in_c, out_c) >= WINOGRAD_FEWEST_CHANNELS and on_cpu_devices(WINOGRAD_SHADER, info)
+
+
+def winograd_tiles(outh: int, outw: int) -> tuple[int, int, int]:
+    """(tiles per row, tiles, tiles padded to a multiple of 8) of an ``outh`` x ``outw`` map."""
+    tiles_w = math.ceil(outw / WINOGRAD_TILE)
+    tiles = tiles_w * math.ceil(outh / WINOGRAD_TILE)
+    return tiles_w, tiles, -(-tiles // 8) * 8
+
+
+def pack_winograd(weight: np.ndarray, out_c: int, in_c: int) -> np.ndarray:
+    """(out_c, in_c, 3, 3) weights transformed (G g G^T, 6 x 6 each) and laid out as
+    convolution_winograd_gemm.comp reads them: [36][out_c / 8][in_c][8] (out_c padded with
+    zeros to a multiple of 8)."""
+    g = np.asarray(weight, np.float32).reshape(out_c, in_c, 3, 3)
+    half = np.tensordot(g, _WINOGRAD_G, axes=([3], [1]))  # (out_c, in_c, 3, 6): g G^T
+    full = np.tensordot(_WINOGRAD_G, half, axes=([1], [2]))  # (6, out_c, in_c, 6): G g G^T
+    padded = -(-out_c // TILE_OC) * TILE_OC
+    packed = np.zeros((6, 6, padded, in_c), np.float32)
+    packed[:, :, :out_c] = full.transpose(0, 3, 1, 2)
+    blocks = packed.reshape(WINOGRAD_POSITIONS, padded // TILE_OC, TILE_OC, in_c)
+    return np.ascontiguousarray(blocks.transpose(0, 1, 3, 2)).reshape(-1)

@@ -309,6 +309,20 @@ class Convolution(ConvParams):
             top = same_pad_lead(h, self.kernel_h, self.dilation_h, self.stride_h, self.pad_left)
         return left, top
 
+    def _winograd(self, info: GpuInfo) -> bool:
+        """Whether this layer runs the three Winograd F(4x4, 3x3) passes (3x3 kernels at stride
+        1, undilated, ungrouped, float) instead of one convolution shader."""
+        if self.group != 1 or self.int8_requested:
+            return False
+        return _conv_shaders.winograd(
+            info,
+            (self.kernel_w, self.kernel_h),
+            (self.stride_w, self.stride_h),
+            (self.dilation_w, self.dilation_h),
+            self.taps // self.maxk,
+            self.num_output,
+        )
+
     def _tiled(self, info: GpuInfo) -> bool:
         """Ungrouped layers, and grouped ones with enough output channels per group (not
         depthwise ones: convolutiondepthwise.comp), on the devices the tiled shader wins on."""
@@ -339,7 +353,7 @@ class Convolution(ConvParams):
 
     def _gemm(self, info: GpuInfo) -> bool:
         """Whether this layer also gets convolution_gemm.comp (used when the output is large)."""
-        if self.group != 1 or self.int8_requested or self._tiled(info):
+        if self.group != 1 or self.int8_requested or self._tiled(info) or self._winograd(info):
             return False
         return _conv_shaders.gemm_offered(info, self.taps, self.num_output)
 
@@ -351,6 +365,8 @@ class Convolution(ConvParams):
 
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         """The shader, and the output columns and channels one invocation computes."""
+        if self._winograd(info):  # its GEMM pass: 8 tiles of 4 columns, 8 channels
+            return ("convolution_winograd_gemm", 8 * _conv_shaders.WINOGRAD_TILE, 8)
         if self._tiled(info):
             return ("convolution_tiled", _conv_shaders.TILE_OX, _conv_shaders.TILE_OC)
         return ("convolution", 1, 1)
@@ -359,6 +375,13 @@ class Convolution(ConvParams):
         shader = self.shader(target.info)[0]
         pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
         specs = (*self.gpu_specs(), pad)
+        if self._winograd(target.info):
+            local = _conv_shaders.WINOGRAD_LOCAL
+            return {
+                "wino_in": PipelineSpec("convolution_winograd_input", (pad,), local),
+                "wino_gemm": PipelineSpec("convolution_winograd_gemm", (), local),
+                "wino_out": PipelineSpec("convolution_winograd_output", specs[7:11], local),
+            }
         ungrouped = specs[:6] + specs[7:]  # the shaders without the group constant (id 6)
         if shader == "convolutiondepthwise":  # its flat_columns constant (id 12)
             flat = self._flat_columns(target.info)
@@ -395,6 +418,9 @@ class Convolution(ConvParams):
         return _GEMM_KEYS if self._gemm(target.info) else frozenset()
 
     def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
+        if self._winograd(info):
+            in_c = self.taps // self.maxk
+            return _conv_shaders.pack_winograd(weight, self.num_output, in_c)
         if not self._tiled(info):
             return weight
         return _conv_shaders.pack_tiled(weight, self.num_output, self.maxk, self.group)
@@ -409,6 +435,9 @@ class Convolution(ConvParams):
             _int8.record(ctx, self.int8, inputs[0], outputs[0], self.num_output, convolve)
 
     def _record_conv(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
+        if self._winograd(ctx.info):
+            self._record_winograd(ctx, source, output)
+            return
         c, h, w = source.shape
         oc, oh, ow = output.shape
         left, top = self._gpu_pads(w, h)
@@ -434,6 +463,35 @@ class Convolution(ConvParams):
         else:
             wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
         ctx.dispatch("conv", buffers, push, capped_groups(wanted, ctx.info))
+
+    def _record_winograd(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
+        """The three Winograd passes: input tiles transformed, 36 products of the transformed
+        weights and tiles, outputs transformed back (with bias and activation)."""
+        c, h, w = source.shape
+        oc, oh, ow = output.shape
+        left, top = self._gpu_pads(w, h)
+        tiles_w, tiles, padded = _conv_shaders.winograd_tiles(oh, ow)
+        positions = _conv_shaders.WINOGRAD_POSITIONS
+        transformed = ctx.scratch(4 * positions * c * padded)
+        products = ctx.scratch(4 * positions * oc * padded)
+        lanes = _conv_shaders.WINOGRAD_LOCAL[0]
+        push = pack_push("8i", w, h, c, tiles_w, tiles, padded, left, top)
+        groups = capped_groups((math.ceil(padded / lanes), 1, c), ctx.info)
+        ctx.dispatch("wino_in", [source, transformed], push, groups)
+        ctx.barrier()
+        tile_blocks, blocks = padded // 8, math.ceil(oc / _conv_shaders.TILE_OC)
+        spread = tile_blocks < lanes  # see the shader: lanes over positions too
+        push = pack_push("4i", c, oc, padded, int(spread))
+        if spread:
+            wanted = (math.ceil(positions * tile_blocks / lanes), 1, blocks)
+        else:
+            wanted = (math.ceil(tile_blocks / lanes), 1, positions * blocks)
+        groups = capped_groups(wanted, ctx.info)
+        ctx.dispatch("wino_gemm", [transformed, products, ctx.weight("weight")], push, groups)
+        ctx.barrier()
+        push = pack_push("6i", ow, oh, oc, tiles_w, tiles, padded)
+        groups = capped_groups((math.ceil(tiles / lanes), 1, oc), ctx.info)
+        ctx.dispatch("wino_out", [products, output, ctx.weight("bias")], push, groups)
 
     def _record_gemm(
         self, ctx: RecordContext, buffers: list[Buffer | GpuBlob], push: bytes, output: GpuBlob
