@@ -606,6 +606,46 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
     assert split >= step * _conv_shaders.GEMM_FEWEST_STEPS
 
 
+def test_winograd_is_for_wide_3x3_layers_on_cpu_devices(device: VulkanDevice) -> None:
+    """On a CPU device a 3x3, stride-1, undilated, ungrouped float layer whose input and
+    output channels have a harmonic mean of at least 64 runs the three Winograd passes, with
+    its weights transformed; any other layer, or any layer on a GPU, does not."""
+    import dataclasses
+
+    from asyncvk.layers import _conv_shaders, convolution
+    from asyncvk.layers._gpu_api import GpuTarget
+    from asyncvk.layers._paramdict import ParamDict
+    from asyncvk.shader import ShaderOptions
+
+    def layer(in_c: int, out_c: int, **extra: int) -> convolution.Convolution:
+        params = {0: out_c, 1: 3, 4: 1, 6: out_c * in_c * 9} | {
+            int(k[1:]): v for k, v in extra.items()
+        }
+        conv = convolution.ConvolutionDepthWise() if 7 in params else convolution.Convolution()
+        conv.load_param(ParamDict(params))
+        return conv
+
+    def winograd(conv: convolution.Convolution, info: GpuInfo) -> bool:
+        specs = conv.pipeline_specs(GpuTarget(ShaderOptions(), info))
+        return {"wino_in", "wino_gemm", "wino_out"} <= set(specs)
+
+    cpu = dataclasses.replace(device.info, device_type=4)
+    gpu = dataclasses.replace(device.info, device_type=2)
+    assert winograd(layer(64, 64), cpu) and winograd(layer(48, 96), cpu)  # harmonic 64
+    assert not winograd(layer(48, 95), cpu) and not winograd(layer(3, 512), cpu)
+    assert not winograd(layer(64, 64), gpu)
+    assert not winograd(layer(64, 64, p3=2), cpu)  # stride 2
+    assert not winograd(layer(64, 64, p2=2), cpu)  # dilation 2
+    assert not winograd(layer(64, 64, p11=1), cpu)  # 3x1
+    assert not winograd(layer(64, 128, p7=2), cpu)  # two groups
+    assert not winograd(layer(64, 64, p8=1), cpu)  # int8
+    assert winograd(layer(64, 64, p7=1), cpu)  # a depthwise type, one group
+    # the transformed weights: 36 positions x 64 channels x 64 inputs (no padding at 64)
+    weights = layer(64, 64)
+    weights.weight = RNG.standard_normal(64 * 64 * 9).astype(np.float32)
+    assert weights.arrange(weights.weight, cpu).size == 36 * 64 * 64
+
+
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:
     """On a GPU (not a CPU device) a layer with enough taps per output gets the split-K pipeline
     beside the one-output one, and a plan uses it for small output maps only; a shallow layer,

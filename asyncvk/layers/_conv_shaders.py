@@ -201,9 +201,14 @@ def gemm_split_taps(output: tuple[int, ...], taps: int) -> int:
 #: Where 3x3 stride-1 convolutions run Winograd F(4x4, 3x3) (``convolution_winograd_*.comp``):
 #: "cpu" devices, "always" (any device: tests) or "never".
 WINOGRAD_SHADER = "cpu"
-#: fewest input and output channels for a layer to run Winograd: the transforms cost about as
-#: much per channel as 3-5 output channels' products save
-WINOGRAD_FEWEST_CHANNELS = 16
+#: the smallest harmonic mean of a layer's input and output channels (2 x in x out / (in + out))
+#: for it to run Winograd: its transforms cost per input and per output channel, its savings grow
+#: with their product. Timing the 76 distinct 3x3 stride-1 layers of 10 models both ways on
+#: lavapipe (``benchmarks/winograd_layers.py``, ``session14/winograd_layers_lavapipe.json``):
+#: from 64 (64 -> 64) Winograd won 39 of 46 at 0.18-0.97x; the 7 it lost (1.05-2.7x, 7.8 ms
+#: in all) have maps of 7x7 or of 16 pixels or fewer, and one 28x28. Below 64 it lost 26 of 30
+#: (cunet's and the RRDB's 16-48 channels, vgg16's first layer, 3 -> 64: 1.1-5.5x).
+WINOGRAD_FEWEST_CHANNELS = 64
 WINOGRAD_TILE = 4  # output pixels per tile side: F(4x4, 3x3) reads 6x6 input tiles
 WINOGRAD_POSITIONS = 36
 WINOGRAD_LOCAL = FLAT_LOCAL
@@ -228,7 +233,8 @@ def winograd(info: GpuInfo, kernel: tuple[int, int], stride: tuple[int, int],
         return False
     if WINOGRAD_SHADER == "always":
         return True
-    return min(in_c, out_c) >= WINOGRAD_FEWEST_CHANNELS and on_cpu_devices(WINOGRAD_SHADER, info)
+    harmonic = 2 * in_c * out_c / (in_c + out_c)
+    return harmonic >= WINOGRAD_FEWEST_CHANNELS and on_cpu_devices(WINOGRAD_SHADER, info)
 
 
 def winograd_tiles(outh: int, outw: int) -> tuple[int, int, int]:

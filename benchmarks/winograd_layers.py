@@ -1,0 +1,97 @@
+"""Per-layer device time of every 3x3 stride-1 convolution with the direct shader the device
+would otherwise run (``convolution_tiled.comp`` on CPU devices) and with the three Winograd
+F(4x4, 3x3) passes, both in this one process.
+
+    python benchmarks/winograd_layers.py [--runs 3] MODEL_DIR [MODEL_DIR ...] > FILE.json
+
+Each folder holds model.param, model.bin, input.npy (and meta.json for suite models). Every
+run uses the dispatch profiler (a timestamp around each dispatch); a layer's time is the sum
+of its dispatches, the median over ``--runs`` extractions. The rule in
+``asyncvk/layers/_conv_shaders.py`` (``winograd``) was read off this on lavapipe.
+"""
+
+import argparse
+import asyncio
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import blob_names
+
+from asyncvk import Net
+from asyncvk.layers import _conv_shaders, convolution
+from asyncvk.net._dispatch_profile import ProfilingExtractor
+
+
+async def profile(d: Path, winograd: str, runs: int) -> dict[str, dict[str, Any]]:
+    """Every eligible Convolution's median ms in model folder ``d`` with WINOGRAD_SHADER set
+    to ``winograd`` ("always" or "never")."""
+    _conv_shaders.WINOGRAD_SHADER = winograd
+    in_name, out_name = blob_names(d)
+    x = np.load(d / "input.npy")
+    async with Net() as net:
+        await net.load_param(d / "model.param")
+        await net.load_model(d / "model.bin")
+        await net.background_builds()
+        assert net.graph is not None
+        nodes = {n.layer.name: n for n in net.graph.nodes}
+        times: dict[str, list[float]] = {}
+        async with ProfilingExtractor(net) as ex:
+            for _ in range(runs + 1):  # the first run compiles (llvmpipe) and is left out
+                ex.input(in_name, x)
+                await ex.extract(out_name)
+                assert ex.profile is not None
+                per_layer: dict[str, float] = {}
+                for t in ex.profile.dispatches:
+                    if t.layer_type in ("Convolution", "ConvolutionDepthWise"):
+                        per_layer[t.layer] = per_layer.get(t.layer, 0.0) + t.gpu_ms
+                for name, ms in per_layer.items():
+                    times.setdefault(name, []).append(ms)
+            plan = next(iter(ex._plans.values()))
+        out: dict[str, dict[str, Any]] = {}
+        for name, ts in times.items():
+            node = nodes[name]
+            layer = node.layer
+            assert isinstance(layer, convolution.Convolution)
+            eligible = (
+                layer.kernel_w == layer.kernel_h == 3
+                and layer.stride_w == layer.stride_h == 1
+                and layer.dilation_w == layer.dilation_h == 1
+                and layer.group == 1
+                and not layer.int8_requested
+            )
+            if eligible:
+                out[name] = {
+                    "ms": statistics.median(ts[1:]),
+                    "in_c": layer.taps // layer.maxk,
+                    "out": plan.shapes.get(node.tops[0]),
+                }
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    report = {}
+    for d in args.models:
+        direct = asyncio.run(profile(d, "never", args.runs))
+        winograd = asyncio.run(profile(d, "always", args.runs))
+        report[d.name] = [
+            {
+                "layer": name,
+                "in_c": row["in_c"],
+                "out": row["out"],
+                "direct_ms": round(row["ms"], 3),
+                "winograd_ms": round(winograd[name]["ms"], 3),
+            }
+            for name, row in direct.items()
+        ]
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
