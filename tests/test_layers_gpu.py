@@ -612,7 +612,7 @@ def test_winograd_is_for_wide_3x3_layers_on_cpu_devices(device: VulkanDevice) ->
     its weights transformed; any other layer, or any layer on a GPU, does not."""
     import dataclasses
 
-    from asyncvk.layers import _conv_shaders, convolution
+    from asyncvk.layers import convolution
     from asyncvk.layers._gpu_api import GpuTarget
     from asyncvk.layers._paramdict import ParamDict
     from asyncvk.shader import ShaderOptions
