@@ -64,14 +64,14 @@ void main() {
     ivec3 stride = grid_stride();
     int tile_blocks = p.tiles_padded / 8;
     int blocks = (p.outc + 7) / 8;
-    if (p.spread == 0) {
-        for (int z = id.z; z < 36 * blocks; z += stride.z)
-            for (int tb = id.x; tb < tile_blocks; tb += stride.x) invoke(tb, z);
-    } else {
-        for (int ocb = id.z; ocb < blocks; ocb += stride.z)
-            for (int i = id.x; i < 36 * tile_blocks; i += stride.x) {
-                int k = i / tile_blocks;
-                invoke(i - k * tile_blocks, k * blocks + ocb);
-            }
-    }
+    // one loop for both layouts (one copy of invoke: llvmpipe compiles at the first dispatch)
+    int xs = p.spread == 0 ? tile_blocks : 36 * tile_blocks;
+    int zs = p.spread == 0 ? 36 * blocks : blocks;
+    for (int z = id.z; z < zs; z += stride.z)
+        for (int i = id.x; i < xs; i += stride.x) {
+            int k = p.spread == 0 ? z / blocks : i / tile_blocks;
+            int tb = p.spread == 0 ? i : i - k * tile_blocks;
+            int ocb = p.spread == 0 ? z - k * blocks : z;
+            invoke(tb, k * blocks + ocb);
+        }
 }

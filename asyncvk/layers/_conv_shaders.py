@@ -226,6 +226,11 @@ _WINOGRAD_G = np.array(
 )
 
 
+#: U = G g G^T for every 3 x 3 g at once: U[a * 6 + b] = sum over i, j of
+#: G[a, i] G[b, j] g[i * 3 + j]
+_WINOGRAD_TRANSFORM = np.einsum("ai,bj->abij", _WINOGRAD_G, _WINOGRAD_G).reshape(36, 9)
+
+
 def winograd(info: GpuInfo, kernel: tuple[int, int], stride: tuple[int, int],
              dilation: tuple[int, int], in_c: int, out_c: int) -> bool:  # fmt: skip
     """Whether an ungrouped float layer runs the Winograd passes on ``info``'s device."""
@@ -247,12 +252,11 @@ def winograd_tiles(outh: int, outw: int) -> tuple[int, int, int]:
 def pack_winograd(weight: np.ndarray, out_c: int, in_c: int) -> np.ndarray:
     """(out_c, in_c, 3, 3) weights transformed (G g G^T, 6 x 6 each) and laid out as
     convolution_winograd_gemm.comp reads them: [36][out_c / 8][in_c][8] (out_c padded with
-    zeros to a multiple of 8)."""
-    g = np.asarray(weight, np.float32).reshape(out_c, in_c, 3, 3)
-    half = np.tensordot(g, _WINOGRAD_G, axes=([3], [1]))  # (out_c, in_c, 3, 6): g G^T
-    full = np.tensordot(_WINOGRAD_G, half, axes=([1], [2]))  # (6, out_c, in_c, 6): G g G^T
+    zeros to a multiple of 8). One matrix product (36 x 9 by 9 x everything) writes the layout
+    directly: vgg16's 512 x 512 layer in a fraction of the 71 ms two tensordots and a transpose
+    took."""
     padded = -(-out_c // TILE_OC) * TILE_OC
-    packed = np.zeros((6, 6, padded, in_c), np.float32)
-    packed[:, :, :out_c] = full.transpose(0, 3, 1, 2)
-    blocks = packed.reshape(WINOGRAD_POSITIONS, padded // TILE_OC, TILE_OC, in_c)
-    return np.ascontiguousarray(blocks.transpose(0, 1, 3, 2)).reshape(-1)
+    g = np.zeros((padded, in_c, 9), np.float32)
+    g[:out_c] = np.asarray(weight, np.float32).reshape(out_c, in_c, 9)
+    taps = g.reshape(padded // TILE_OC, TILE_OC, in_c, 9).transpose(3, 0, 2, 1)
+    return (_WINOGRAD_TRANSFORM @ taps.reshape(9, -1)).reshape(-1)

@@ -183,6 +183,8 @@ class ConvParams(Layer):
 
 #: the implicit-GEMM pipelines, built in the background (see ``background_pipelines``)
 _GEMM_KEYS = frozenset({"conv_gemm", "conv_gemm_sum"})
+#: the Winograd passes, built in the background too
+_WINOGRAD_KEYS = frozenset({"wino_in", "wino_gemm", "wino_out"})
 
 
 @register_layer("Convolution")
@@ -365,8 +367,6 @@ class Convolution(ConvParams):
 
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         """The shader, and the output columns and channels one invocation computes."""
-        if self._winograd(info):  # its GEMM pass: 8 tiles of 4 columns, 8 channels
-            return ("convolution_winograd_gemm", 8 * _conv_shaders.WINOGRAD_TILE, 8)
         if self._tiled(info):
             return ("convolution_tiled", _conv_shaders.TILE_OX, _conv_shaders.TILE_OC)
         return ("convolution", 1, 1)
@@ -375,13 +375,6 @@ class Convolution(ConvParams):
         shader = self.shader(target.info)[0]
         pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
         specs = (*self.gpu_specs(), pad)
-        if self._winograd(target.info):
-            local = _conv_shaders.WINOGRAD_LOCAL
-            return {
-                "wino_in": PipelineSpec("convolution_winograd_input", (pad,), local),
-                "wino_gemm": PipelineSpec("convolution_winograd_gemm", (), local),
-                "wino_out": PipelineSpec("convolution_winograd_output", specs[7:11], local),
-            }
         ungrouped = specs[:6] + specs[7:]  # the shaders without the group constant (id 6)
         if shader == "convolutiondepthwise":  # its flat_columns constant (id 12)
             flat = self._flat_columns(target.info)
@@ -406,6 +399,11 @@ class Convolution(ConvParams):
             pipelines["conv_gemm_sum"] = PipelineSpec(
                 "convolution_gemm_sum", epilogue, _conv_shaders.SUM_LOCAL
             )
+        if self._winograd(target.info):
+            local = _conv_shaders.WINOGRAD_LOCAL
+            pipelines["wino_in"] = PipelineSpec("convolution_winograd_input", (pad,), local)
+            pipelines["wino_gemm"] = PipelineSpec("convolution_winograd_gemm", (), local)
+            pipelines["wino_out"] = PipelineSpec("convolution_winograd_output", specs[7:11], local)
         if self.int8_requested:
             act = gpu_activation(self.activation_type, self.activation_params)
             requantize = self.int8_scale_term > 100
@@ -414,13 +412,23 @@ class Convolution(ConvParams):
 
     def background_pipelines(self, target: GpuTarget) -> frozenset[str]:
         """The GEMM pair: a faster alternative whose driver compile (up to 0.1 s more per cold
-        load on the H100) no load waits for; plans adopt it once built."""
-        return _GEMM_KEYS if self._gemm(target.info) else frozenset()
+        load on the H100) no load waits for; plans adopt it once built. The Winograd passes
+        likewise: llvmpipe compiles each at its first dispatch (0.1-0.15 s), which would put
+        0.3-0.6 s on a cold first inference for a gain of tens of ms (alexnet's one layer) if
+        the first output waited for them; it runs the direct shader instead."""
+        keys = _GEMM_KEYS if self._gemm(target.info) else frozenset()
+        return keys | (_WINOGRAD_KEYS if self._winograd(target.info) else frozenset())
+
+    def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
+        weights = super().gpu_weights(target)
+        if self._winograd(target.info):  # beside the direct shader's: both may run
+            in_c = self.taps // self.maxk
+            weights["weight_winograd"] = _conv_shaders.pack_winograd(
+                self.weight, self.num_output, in_c
+            )
+        return weights
 
     def arrange(self, weight: np.ndarray, info: GpuInfo) -> np.ndarray:
-        if self._winograd(info):
-            in_c = self.taps // self.maxk
-            return _conv_shaders.pack_winograd(weight, self.num_output, in_c)
         if not self._tiled(info):
             return weight
         return _conv_shaders.pack_tiled(weight, self.num_output, self.maxk, self.group)
@@ -435,7 +443,7 @@ class Convolution(ConvParams):
             _int8.record(ctx, self.int8, inputs[0], outputs[0], self.num_output, convolve)
 
     def _record_conv(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
-        if self._winograd(ctx.info):
+        if self._winograd(ctx.info) and all(map(ctx.has_pipeline, _WINOGRAD_KEYS)):
             self._record_winograd(ctx, source, output)
             return
         c, h, w = source.shape
@@ -487,7 +495,8 @@ class Convolution(ConvParams):
         else:
             wanted = (math.ceil(tile_blocks / lanes), 1, positions * blocks)
         groups = capped_groups(wanted, ctx.info)
-        ctx.dispatch("wino_gemm", [transformed, products, ctx.weight("weight")], push, groups)
+        weight = ctx.weight("weight_winograd")
+        ctx.dispatch("wino_gemm", [transformed, products, weight], push, groups)
         ctx.barrier()
         push = pack_push("6i", ow, oh, oc, tiles_w, tiles, padded)
         groups = capped_groups((math.ceil(tiles / lanes), 1, oc), ctx.info)

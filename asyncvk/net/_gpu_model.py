@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -25,6 +25,7 @@ import numpy as np
 from .._threads import outlive, run_sync
 from ..cache._pipeline_cache import PipelineCache, await_shared
 from ..cache._spec import PipelineSpec
+from ..gpu._command import CommandRecorder
 from ..gpu._device import VulkanDevice
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
@@ -108,6 +109,10 @@ class GpuModel:
         self.pipelines_version = 0
         #: the background builds (layers' ``background_pipelines``), adopted as they finish
         self.background: asyncio.Future[None] | None = None
+        #: set once an extraction has ended or someone awaits the background builds: where the
+        #: driver compiles a pipeline at its first dispatch (llvmpipe, on its one queue), the
+        #: background pipelines are dispatched (compiled) only then, never before a first output
+        self._queue_free = asyncio.Event()
         self._users = 0
         self._unused: asyncio.Event | None = None
 
@@ -224,10 +229,13 @@ class GpuModel:
 
     async def _adopt(self, cache: PipelineCache, wanted: list[_Wanted]) -> None:
         """Build the background pipelines and hand each to its node as it is done; one that
-        fails to build is left out (its layer records the pipelines it already has)."""
+        fails to build is left out (its layer records the pipelines it already has). On CPU
+        devices, whose driver compiles at a pipeline's first dispatch, they are handed over
+        together once that compile has run, after the first extraction (see _queue_free)."""
         if not wanted:
             return
         started = cache.request_many(spec for _, _, spec in wanted)
+        built: list[tuple[BoundNode, str | tuple[str, bytes], PipelineArtifact]] = []
         for bound, key, spec in wanted:
             fut = started[spec]
             try:
@@ -236,11 +244,35 @@ class GpuModel:
                 log.info("background pipeline %s of %s not built: %s", key, bound.node, exc)
                 continue
             self._held.append(artifact.acquire())
+            if self.device.info.is_cpu:
+                built.append((bound, key, artifact))
+                continue
             bound.attach(key, artifact)
             self.pipelines_version += 1
+        if built:
+            await self._queue_free.wait()
+            await self._compile_at_dispatch({id(a): a for _, _, a in built}.values())
+            for bound, key, artifact in built:
+                bound.attach(key, artifact)
+            self.pipelines_version += 1
+
+    async def _compile_at_dispatch(self, artifacts: Iterable[PipelineArtifact]) -> None:
+        """One empty dispatch of each pipeline (zero push constants: every shader's sizes are
+        then 0), which is where llvmpipe compiles it."""
+        scratch = self.device.allocate(256)
+        recorder = CommandRecorder(self.device, one_time=True)
+        try:
+            for artifact in artifacts:
+                bindings = [scratch] * artifact.binding_count
+                recorder.dispatch(artifact, bindings, bytes(artifact.push_constant_size), (1, 1, 1))
+            await self.device.run(recorder.finish())
+        finally:
+            recorder.release()
+            scratch.release()
 
     async def settled(self) -> None:
         """Return once the background builds have ended (never raises their failure)."""
+        self._queue_free.set()  # the caller waits for them: nothing to keep the queue for
         if self.background is not None and not self.background.done():
             await asyncio.wait([self.background])
 
@@ -267,6 +299,7 @@ class GpuModel:
 
     def leave(self) -> None:
         self._users -= 1
+        self._queue_free.set()
         if self._users == 0 and self._unused is not None:
             self._unused.set()
 
