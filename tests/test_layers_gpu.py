@@ -740,9 +740,9 @@ async def test_every_line_reduction_shader(
 def test_a_workgroup_per_line_is_for_long_lines_on_gpus(device: VulkanDevice) -> None:
     """CPU devices keep one invocation per line (and compile no second pipeline); on a GPU a
     plan gives a workgroup to each line of at least 64 values, up to 65536 lines."""
-    from asyncvk.layers import _line_shaders
-
     import dataclasses
+
+    from asyncvk.layers import _line_shaders
 
     cpu = dataclasses.replace(device.info, device_type=4)
     assert not _line_shaders.offered(cpu)

@@ -75,8 +75,8 @@ class _CountingCache(PipelineCache):
 
 
 async def test_net_requests_all_its_pipelines_in_one_batch(device: VulkanDevice) -> None:
-    """One batch for the load (a GPU's background pipelines, none on a CPU device, would make
-    a second after it)."""
+    """One batch for the load, and one after it for the background pipelines where a layer
+    has some (squeezenet's wide 3x3 layers: the Winograd passes on CPU devices)."""
     with _CountingCache(device) as cache:
         cache.calls = []
         net = Net(Option(pipeline_cache=cache))
@@ -85,6 +85,6 @@ async def test_net_requests_all_its_pipelines_in_one_batch(device: VulkanDevice)
             await net.load_model(MODELS / "squeezenet" / "model.bin")
         finally:
             await net.aclose()
-        assert len(cache.calls) == 1
-        assert cache.calls[0] == net.load_stats.pipelines_requested > cache.statistics().requests
+        assert len(cache.calls) in (1, 2)
+        assert sum(cache.calls) == net.load_stats.pipelines_requested > cache.statistics().requests
         assert cache.statistics().requests == cache.statistics().pipelines_created

@@ -230,10 +230,13 @@ class GpuModel:
     async def _adopt(self, cache: PipelineCache, wanted: list[_Wanted]) -> None:
         """Build the background pipelines and hand each to its node as it is done; one that
         fails to build is left out (its layer records the pipelines it already has). On CPU
-        devices, whose driver compiles at a pipeline's first dispatch, they are handed over
-        together once that compile has run, after the first extraction (see _queue_free)."""
+        devices, whose driver compiles at a pipeline's first dispatch, they are requested after
+        the first extraction (see _queue_free) and handed over together once dispatched."""
         if not wanted:
             return
+        compiles_at_dispatch = self.device.info.is_cpu
+        if compiles_at_dispatch:  # nor do their SPIR-V compiles take a core from a first output
+            await self._queue_free.wait()
         started = cache.request_many(spec for _, _, spec in wanted)
         built: list[tuple[BoundNode, str | tuple[str, bytes], PipelineArtifact]] = []
         for bound, key, spec in wanted:
@@ -244,13 +247,12 @@ class GpuModel:
                 log.info("background pipeline %s of %s not built: %s", key, bound.node, exc)
                 continue
             self._held.append(artifact.acquire())
-            if self.device.info.is_cpu:
+            if compiles_at_dispatch:
                 built.append((bound, key, artifact))
                 continue
             bound.attach(key, artifact)
             self.pipelines_version += 1
         if built:
-            await self._queue_free.wait()
             await self._compile_at_dispatch({id(a): a for _, _, a in built}.values())
             for bound, key, artifact in built:
                 bound.attach(key, artifact)
@@ -262,7 +264,9 @@ class GpuModel:
         scratch = self.device.allocate(256)
         recorder = CommandRecorder(self.device, one_time=True)
         try:
-            for artifact in artifacts:
+            for i, artifact in enumerate(artifacts):
+                if i:  # they touch nothing at size 0, but all bind one buffer
+                    recorder.barrier()
                 bindings = [scratch] * artifact.binding_count
                 recorder.dispatch(artifact, bindings, bytes(artifact.push_constant_size), (1, 1, 1))
             await self.device.run(recorder.finish())
@@ -270,9 +274,18 @@ class GpuModel:
             recorder.release()
             scratch.release()
 
-    async def settled(self) -> None:
-        """Return once the background builds have ended (never raises their failure)."""
-        self._queue_free.set()  # the caller waits for them: nothing to keep the queue for
+    def build_background_now(self) -> None:
+        """Someone waits for the background pipelines: on CPU devices they need not wait for
+        a first extraction to end."""
+        self._queue_free.set()
+
+    async def settled(self, *, now: bool = True) -> None:
+        """Return once the background builds have ended (never raises their failure).
+
+        ``now``: the caller waits for them, so on CPU devices they need not wait for a first
+        extraction to end (False: they keep their turn)."""
+        if now:
+            self.build_background_now()
         if self.background is not None and not self.background.done():
             await asyncio.wait([self.background])
 

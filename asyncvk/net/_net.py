@@ -170,13 +170,15 @@ class Net:
 
     async def background_builds(self) -> None:
         """Wait for the pipelines ``load_model`` left building in the background: faster
-        alternatives (the implicit-GEMM convolution on GPUs) that plans adopt once built. A
-        save after this holds them, so the next process finds them cached."""
+        alternatives (the implicit-GEMM convolution on GPUs, Winograd on CPU devices) that
+        plans adopt once built. A save after this holds them, so the next process finds them
+        cached."""
         if self.gpu_model is not None:
             await self.gpu_model.settled()
 
     async def _push_when_built(self, remote: RemoteTier, cache: PipelineCache) -> None:
-        await self.background_builds()
+        if self.gpu_model is not None:  # in their own time (CPU devices: after a first output)
+            await self.gpu_model.settled(now=False)
         await remote.push(cache)
 
     def _statistics(self, load_model_s: float, read_s: float, read_early: bool) -> LoadStatistics:
@@ -303,6 +305,8 @@ class Net:
                 await self._autosaver.save_now()
         finally:
             if self._pending_push is not None:
+                if self.gpu_model is not None:  # the push waits for them: now
+                    self.gpu_model.build_background_now()
                 pending, self._pending_push = self._pending_push, None
                 await pending
 
