@@ -195,6 +195,17 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def _warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """One inference on zeros; then the pipelines built in the background (the Winograd passes
+    on lavapipe, which waits for a first inference to compile them) are adopted and, if any
+    were, a second inference records the plan again with them: /ready means none is left."""
+    before = net.gpu_model.pipelines_version if net.gpu_model is not None else 0
+    await _infer_zeros(net, shapes)
+    await net.background_builds()
+    if net.gpu_model is not None and net.gpu_model.pipelines_version != before:
+        await _infer_zeros(net, shapes)
+
+
+async def _infer_zeros(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
     from ._runner import default_output
 
     ex = net.create_extractor()

@@ -641,14 +641,15 @@ def test_winograd_is_for_wide_3x3_layers_on_cpu_devices(device: VulkanDevice) ->
     assert not winograd(layer(64, 64, p8=1), cpu)  # int8
     assert winograd(layer(64, 64, p7=1), cpu)  # a depthwise type, one group
     # built in the background, their transformed weights (36 positions x 64 channels x 64
-    # inputs) beside the direct shader's
+    # inputs) made there too, beside the direct shader's
     wide = layer(64, 64)
     wide.weight = RNG.standard_normal(64 * 64 * 9).astype(np.float32)
     target = GpuTarget(ShaderOptions(), cpu)
     assert {"wino_in", "wino_gemm", "wino_out"} <= wide.background_pipelines(target)
     assert "conv" in wide.pipeline_specs(target)
-    weights = wide.gpu_weights(target)
-    assert weights["weight_winograd"].size == 36 * 64 * 64 and weights["weight"].size == 64 * 64 * 9
+    assert wide.gpu_weights(target)["weight"].size == 64 * 64 * 9
+    assert wide.background_weights(target)["weight_winograd"].size == 36 * 64 * 64
+    assert layer(48, 95).background_weights(target) == {}
 
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:

@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, cache_dir: Path, *extra: str) -> None:
+    def __init__(self, cache_dir: Path, *extra: str, model: Path = MODEL) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stdout = ""
@@ -47,14 +47,14 @@ class Server:
                 "-m",
                 "asyncvk",
                 "serve",
-                str(MODEL / "model.param"),
-                str(MODEL / "model.bin"),
+                str(model / "model.param"),
+                str(model / "model.bin"),
                 "--port",
                 str(self.port),
                 "--cache-dir",
                 str(cache_dir),
                 "--graph-key",
-                "cunet",
+                model.name,
                 "--max-body",
                 str(MAX_BODY),
                 *extra,
@@ -292,6 +292,21 @@ async def test_warm_up_runs_before_ready(cache_dir: Path) -> None:
             y = np.load(io.BytesIO(await r.read()))
         (expected,) = await _reference([x0])
         assert np.linalg.norm(y - expected) / np.linalg.norm(expected) < 1e-3
+    finally:
+        code, err = server.stop()
+    assert code == 0, err
+
+
+async def test_warm_up_leaves_no_background_build_after_ready(cache_dir: Path) -> None:
+    """squeezenet's wide 3x3 layers have background pipelines (the Winograd passes on CPU
+    devices, which wait for a first inference): the warm-up waits for them too, so nothing is
+    built once /ready says 200."""
+    server = Server(cache_dir, "--warm-up", "in0=3,224,224", model=MODEL.parent / "squeezenet")
+    try:
+        assert await _ready_status(server) == (200, {"ready": True})
+        created = (await server.metrics())["asyncvk_pipelines_created"]
+        await asyncio.sleep(1.0)
+        assert (await server.metrics())["asyncvk_pipelines_created"] == created
     finally:
         code, err = server.stop()
     assert code == 0, err

@@ -132,6 +132,11 @@ class Layer:
         """The arrays to upload, by the name ``record`` asks ``ctx.weight`` for."""
         return {}
 
+    def background_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
+        """Arrays only the background pipelines read: made and uploaded after the load, before
+        those pipelines are handed over (``ctx.weight`` has them once ``ctx.has_pipeline``)."""
+        return {}
+
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         """Record this layer's dispatches for these blobs."""
         raise NotImplementedError(f"{self.type_name} has no GPU path")

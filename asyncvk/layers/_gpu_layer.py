@@ -37,6 +37,9 @@ class GpuLayer:
     def weights(self) -> dict[str, np.ndarray]:
         return self.layer.gpu_weights(self.target)
 
+    def background_weights(self) -> dict[str, np.ndarray]:
+        return self.layer.background_weights(self.target)
+
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         self.layer.record(ctx, inputs, outputs)
 

@@ -113,6 +113,7 @@ class GpuModel:
         #: driver compiles a pipeline at its first dispatch (llvmpipe, on its one queue), the
         #: background pipelines are dispatched (compiled) only then, never before a first output
         self._queue_free = asyncio.Event()
+        self._released = False
         self._users = 0
         self._unused: asyncio.Event | None = None
 
@@ -239,6 +240,7 @@ class GpuModel:
             await self._queue_free.wait()
         started = cache.request_many(spec for _, _, spec in wanted)
         built: list[tuple[BoundNode, str | tuple[str, bytes], PipelineArtifact]] = []
+        uploaded: set[int] = set()
         for bound, key, spec in wanted:
             fut = started[spec]
             try:
@@ -250,10 +252,14 @@ class GpuModel:
             if compiles_at_dispatch:
                 built.append((bound, key, artifact))
                 continue
+            if bound.node.index not in uploaded:
+                await run_sync(self._upload_background_weights, {bound.node.index: bound})
+                uploaded.add(bound.node.index)
             bound.attach(key, artifact)
             self.pipelines_version += 1
         if built:
             await self._compile_at_dispatch({id(a): a for _, _, a in built}.values())
+            await run_sync(self._upload_background_weights, {b.node.index: b for b, _, _ in built})
             for bound, key, artifact in built:
                 bound.attach(key, artifact)
             self.pipelines_version += 1
@@ -301,6 +307,22 @@ class GpuModel:
                     np.ascontiguousarray(array, dtype=dtype)
                 )
 
+    def _upload_background_weights(self, bounds: dict[int, BoundNode]) -> None:
+        """Each node's ``background_weights``, beside its others (before its background
+        pipelines are handed over: a plan that records them reads these)."""
+        dtype = np.float16 if self.storage_fp16 else np.float32
+        for bound in bounds.values():
+            if self._released:  # released while the builds went on: nothing to hand over
+                return
+            try:
+                weights = bound.gpu_layer.background_weights()
+            except Exception as exc:
+                raise self.graph.layer_error(bound.node, exc) from exc
+            for name, array in weights.items():
+                bound.weights[name] = self.device.upload_sync(
+                    np.ascontiguousarray(array, dtype=dtype)
+                )
+
     def _make_plan(self, shapes: dict[int, Shape], target: int) -> Plan:
         return Plan(self.graph, self, shapes, target)
 
@@ -325,6 +347,7 @@ class GpuModel:
 
     def release(self) -> None:
         """Free plans and weight buffers and drop the pipeline holds. Idempotent."""
+        self._released = True
         if self.background is not None:
             self.background.cancel()  # the builds go on, owned by the cache
         self.plans.release()
