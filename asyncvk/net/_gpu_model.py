@@ -319,9 +319,11 @@ class GpuModel:
             except Exception as exc:
                 raise self.graph.layer_error(bound.node, exc) from exc
             for name, array in weights.items():
-                bound.weights[name] = self.device.upload_sync(
-                    np.ascontiguousarray(array, dtype=dtype)
-                )
+                buffer = self.device.upload_sync(np.ascontiguousarray(array, dtype=dtype))
+                if self._released:  # released meanwhile: its weights are already given back
+                    buffer.release()
+                    return
+                bound.weights[name] = buffer
 
     def _make_plan(self, shapes: dict[int, Shape], target: int) -> Plan:
         return Plan(self.graph, self, shapes, target)
