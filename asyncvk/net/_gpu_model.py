@@ -266,7 +266,8 @@ class GpuModel:
 
     async def _compile_at_dispatch(self, artifacts: Iterable[PipelineArtifact]) -> None:
         """One empty dispatch of each pipeline (zero push constants: every shader's sizes are
-        then 0), which is where llvmpipe compiles it."""
+        then 0), which is where llvmpipe compiles it. Shielded: a release meanwhile cancels
+        the wait, not the commands, which free their buffers once the device is done."""
         scratch = self.device.allocate(256)
         recorder = CommandRecorder(self.device, one_time=True)
         try:
@@ -275,7 +276,16 @@ class GpuModel:
                     recorder.barrier()
                 bindings = [scratch] * artifact.binding_count
                 recorder.dispatch(artifact, bindings, bytes(artifact.push_constant_size), (1, 1, 1))
-            await self.device.run(recorder.finish())
+            recorder.finish()
+        except BaseException:
+            recorder.release()
+            scratch.release()
+            raise
+        await asyncio.shield(asyncio.ensure_future(self._run_then_free(recorder, scratch)))
+
+    async def _run_then_free(self, recorder: CommandRecorder, scratch: Buffer) -> None:
+        try:
+            await self.device.run(recorder)
         finally:
             recorder.release()
             scratch.release()
