@@ -6,7 +6,7 @@
 // Maps of at least 8 blocks of 8 tiles (spread = 0): x = tile block, z = position * channel
 // blocks + channel block, the same weights across a workgroup. Smaller maps (spread = 1) would
 // leave most of llvmpipe's 8 lanes idle (vgg16's 14x14 layers: 2 tile blocks, 51 ms), so x runs
-// over positions and tile blocks and z over channel blocks (24 ms there; 40% slower on large
+// over positions and tile blocks and z over channel blocks (16-24 ms there; 40% slower on large
 // maps, whose lanes then read different weights).
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
