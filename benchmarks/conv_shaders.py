@@ -16,6 +16,7 @@ import asyncio
 import json
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,30 @@ from _common import blob_names
 from asyncvk import Net
 from asyncvk.layers import _conv_shaders, convolution
 from asyncvk.net._dispatch_profile import ProfilingExtractor
+from asyncvk.net._graph import GraphNode
 
 
-async def profile(d: Path, shader: str) -> dict[str, dict[str, Any]]:
-    """Every Convolution's median GPU ms in model folder ``d`` with ``shader`` ("one",
-    "splitk" or "gemm") forced wherever it applies."""
-    _conv_shaders.SPLITK_SHADER = "always" if shader == "splitk" else "never"
-    _conv_shaders.GEMM_SHADER = "always" if shader == "gemm" else "never"
+@dataclass
+class LayerTimes:
+    """Each convolution's device ms per profiled extraction, with what describes it."""
+
+    ms: dict[str, list[float]]
+    nodes: dict[str, GraphNode]
+    shapes: dict[int, tuple[int, ...]]
+
+    def layer(self, name: str) -> convolution.Convolution:
+        layer = self.nodes[name].layer
+        assert isinstance(layer, convolution.Convolution)
+        return layer
+
+    def output(self, name: str) -> tuple[int, ...] | None:
+        return self.shapes.get(self.nodes[name].tops[0])
+
+
+async def convolution_times(d: Path, runs: int, types: tuple[str, ...]) -> LayerTimes:
+    """Model folder ``d`` loaded as the shader settings stand, its background pipelines
+    adopted, then ``runs`` extractions with the dispatch profiler: each layer of ``types``
+    timed as the sum of its dispatches (a split GEMM is two, Winograd three)."""
     in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
     async with Net() as net:
@@ -42,30 +60,37 @@ async def profile(d: Path, shader: str) -> dict[str, dict[str, Any]]:
         nodes = {n.layer.name: n for n in net.graph.nodes}
         times: dict[str, list[float]] = {}
         async with ProfilingExtractor(net) as ex:
-            for _ in range(8):
+            for _ in range(runs):
                 ex.input(in_name, x)
                 await ex.extract(out_name)
                 assert ex.profile is not None
-                per_layer: dict[str, float] = {}  # a split GEMM is two dispatches
+                per_layer: dict[str, float] = {}
                 for t in ex.profile.dispatches:
-                    if t.layer_type == "Convolution":
+                    if t.layer_type in types:
                         per_layer[t.layer] = per_layer.get(t.layer, 0.0) + t.gpu_ms
                 for name, ms in per_layer.items():
                     times.setdefault(name, []).append(ms)
             plan = next(iter(ex._plans.values()))
-            out: dict[str, dict[str, Any]] = {}
-            for name, ts in times.items():
-                node = nodes[name]
-                layer = node.layer
-                assert isinstance(layer, convolution.Convolution)
-                out[name] = {
-                    "ms": statistics.median(ts),
-                    "k": layer.kernel_w,
-                    "taps": layer.taps,
-                    "group": layer.group,
-                    "out": plan.shapes.get(node.tops[0]),
-                }
-            return out
+            return LayerTimes(times, nodes, dict(plan.shapes))
+
+
+async def profile(d: Path, shader: str) -> dict[str, dict[str, Any]]:
+    """Every Convolution's median GPU ms in model folder ``d`` with ``shader`` ("one",
+    "splitk" or "gemm") forced wherever it applies."""
+    _conv_shaders.SPLITK_SHADER = "always" if shader == "splitk" else "never"
+    _conv_shaders.GEMM_SHADER = "always" if shader == "gemm" else "never"
+    times = await convolution_times(d, 8, ("Convolution",))
+    out: dict[str, dict[str, Any]] = {}
+    for name, ts in times.ms.items():
+        layer = times.layer(name)
+        out[name] = {
+            "ms": statistics.median(ts),
+            "k": layer.kernel_w,
+            "taps": layer.taps,
+            "group": layer.group,
+            "out": times.output(name),
+        }
+    return out
 
 
 def main() -> None:

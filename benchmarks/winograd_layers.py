@@ -17,58 +17,34 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from _common import blob_names
+from conv_shaders import convolution_times
 
-from asyncvk import Net
-from asyncvk.layers import _conv_shaders, convolution
-from asyncvk.net._dispatch_profile import ProfilingExtractor
+from asyncvk.layers import _conv_shaders
 
 
 async def profile(d: Path, winograd: str, runs: int) -> dict[str, dict[str, Any]]:
     """Every eligible Convolution's median ms in model folder ``d`` with WINOGRAD_SHADER set
     to ``winograd`` ("always" or "never")."""
     _conv_shaders.WINOGRAD_SHADER = winograd
-    in_name, out_name = blob_names(d)
-    x = np.load(d / "input.npy")
-    async with Net() as net:
-        await net.load_param(d / "model.param")
-        await net.load_model(d / "model.bin")
-        await net.background_builds()
-        assert net.graph is not None
-        nodes = {n.layer.name: n for n in net.graph.nodes}
-        times: dict[str, list[float]] = {}
-        async with ProfilingExtractor(net) as ex:
-            for _ in range(runs + 1):  # the first run compiles (llvmpipe) and is left out
-                ex.input(in_name, x)
-                await ex.extract(out_name)
-                assert ex.profile is not None
-                per_layer: dict[str, float] = {}
-                for t in ex.profile.dispatches:
-                    if t.layer_type in ("Convolution", "ConvolutionDepthWise"):
-                        per_layer[t.layer] = per_layer.get(t.layer, 0.0) + t.gpu_ms
-                for name, ms in per_layer.items():
-                    times.setdefault(name, []).append(ms)
-            plan = next(iter(ex._plans.values()))
-        out: dict[str, dict[str, Any]] = {}
-        for name, ts in times.items():
-            node = nodes[name]
-            layer = node.layer
-            assert isinstance(layer, convolution.Convolution)
-            eligible = (
-                layer.kernel_w == layer.kernel_h == 3
-                and layer.stride_w == layer.stride_h == 1
-                and layer.dilation_w == layer.dilation_h == 1
-                and layer.group == 1
-                and not layer.int8_requested
-            )
-            if eligible:
-                out[name] = {
-                    "ms": statistics.median(ts[1:]),
-                    "in_c": layer.taps // layer.maxk,
-                    "out": plan.shapes.get(node.tops[0]),
-                }
-        return out
+    # the first run compiles (llvmpipe) and is left out
+    times = await convolution_times(d, runs + 1, ("Convolution", "ConvolutionDepthWise"))
+    out: dict[str, dict[str, Any]] = {}
+    for name, ts in times.ms.items():
+        layer = times.layer(name)
+        eligible = (
+            layer.kernel_w == layer.kernel_h == 3
+            and layer.stride_w == layer.stride_h == 1
+            and layer.dilation_w == layer.dilation_h == 1
+            and layer.group == 1
+            and not layer.int8_requested
+        )
+        if eligible:
+            out[name] = {
+                "ms": statistics.median(ts[1:]),
+                "in_c": layer.taps // layer.maxk,
+                "out": times.output(name),
+            }
+    return out
 
 
 def main() -> None:
