@@ -239,8 +239,10 @@ class GpuModel:
         if compiles_at_dispatch:  # nor do their SPIR-V compiles take a core from a first output
             await self._queue_free.wait()
         started = cache.request_many(spec for _, _, spec in wanted)
+        # while they compile: the weights only they read (Winograd's), before any is handed over
+        nodes = {bound.node.index: bound for bound, _, _ in wanted}.values()
+        await run_sync(self._upload, nodes, GpuLayer.background_weights)
         built: list[tuple[BoundNode, str | tuple[str, bytes], PipelineArtifact]] = []
-        uploaded: set[int] = set()
         for bound, key, spec in wanted:
             fut = started[spec]
             try:
@@ -252,14 +254,10 @@ class GpuModel:
             if compiles_at_dispatch:
                 built.append((bound, key, artifact))
                 continue
-            if bound.node.index not in uploaded:
-                await run_sync(self._upload_background_weights, {bound.node.index: bound})
-                uploaded.add(bound.node.index)
             bound.attach(key, artifact)
             self.pipelines_version += 1
         if built:
             await self._compile_at_dispatch({id(a): a for _, _, a in built}.values())
-            await run_sync(self._upload_background_weights, {b.node.index: b for b, _, _ in built})
             for bound, key, artifact in built:
                 bound.attach(key, artifact)
             self.pipelines_version += 1
@@ -306,26 +304,20 @@ class GpuModel:
             await asyncio.wait([self.background])
 
     def _upload_weights(self) -> None:
-        dtype = np.float16 if self.storage_fp16 else np.float32
-        for bound in self.bound.values():
-            try:
-                weights = bound.gpu_layer.weights()
-            except Exception as exc:
-                raise self.graph.layer_error(bound.node, exc) from exc
-            for name, array in weights.items():
-                bound.weights[name] = self.device.upload_sync(
-                    np.ascontiguousarray(array, dtype=dtype)
-                )
+        self._upload(self.bound.values(), GpuLayer.weights)
 
-    def _upload_background_weights(self, bounds: dict[int, BoundNode]) -> None:
-        """Each node's ``background_weights``, beside its others (before its background
-        pipelines are handed over: a plan that records them reads these)."""
+    def _upload(
+        self, bounds: Iterable[BoundNode], arrays: Callable[[GpuLayer], dict[str, np.ndarray]]
+    ) -> None:
+        """Each node's ``arrays`` (its weights, or its background weights, made and uploaded
+        before its background pipelines are handed over: a plan that records them reads
+        these), in the storage type, beside any it has."""
         dtype = np.float16 if self.storage_fp16 else np.float32
-        for bound in bounds.values():
+        for bound in bounds:
             if self._released:  # released while the builds went on: nothing to hand over
                 return
             try:
-                weights = bound.gpu_layer.background_weights()
+                weights = arrays(bound.gpu_layer)
             except Exception as exc:
                 raise self.graph.layer_error(bound.node, exc) from exc
             for name, array in weights.items():
