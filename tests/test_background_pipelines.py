@@ -47,17 +47,22 @@ async def _extract(net: Net, x: np.ndarray) -> np.ndarray:
     return await ex.extract("out0")
 
 
-async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
-    gate: threading.Event,
-) -> None:
-    param, weights = build(CASE)
-    x = RNG.standard_normal(CASE.inputs[0]).astype(np.float32)
+async def _cpu_reference(param: bytes, weights: bytes, x: np.ndarray) -> np.ndarray:
     cpu = Net()
     cpu.opt.use_vulkan_compute = False
     await cpu.load_param(param)
     await cpu.load_model(weights)
     expected = await _extract(cpu, x)
     await cpu.aclose()
+    return expected
+
+
+async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
+    gate: threading.Event,
+) -> None:
+    param, weights = build(CASE)
+    x = RNG.standard_normal(CASE.inputs[0]).astype(np.float32)
+    expected = await _cpu_reference(param, weights, x)
     async with Net() as net:
         try:  # opened before the Net closes: closing waits for the held builds
             await net.load_param(param)
@@ -120,12 +125,7 @@ async def test_cpu_devices_dispatch_the_winograd_passes_after_the_first_output(
     case.weights = [(36864, 0), (64, 1)]
     param, weights = build(case)
     x = RNG.standard_normal(case.inputs[0]).astype(np.float32)
-    cpu = Net()
-    cpu.opt.use_vulkan_compute = False
-    await cpu.load_param(param)
-    await cpu.load_model(weights)
-    expected = await _extract(cpu, x)
-    await cpu.aclose()
+    expected = await _cpu_reference(param, weights, x)
     async with Net() as net:
         await net.load_param(param)
         await net.load_model(weights)
