@@ -120,6 +120,7 @@ VARIANTS = (
     "asyncvk_plain_gemm",
     "asyncvk_no_conv_gemm",
     "asyncvk_no_winograd",
+    "asyncvk_scalar_gemm_loads",
 )
 
 
@@ -152,6 +153,8 @@ def _measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
         _conv_shaders.WINOGRAD_SHADER = "never"
     if variant == "asyncvk_plain_gemm":  # gemm.comp where gemm_tiled.comp would run
         _strided_gemm.TILED_GEMM = "never"
+    if variant == "asyncvk_scalar_gemm_loads":  # gemm_tiled.comp one k a load throughout
+        _strided_gemm.VEC4_LOADS = False
     option = Option(
         use_fp16_storage=variant == "asyncvk_fp16",
         # fp32 storage, fp16 operands where a shader has them (the matrix-unit convolution)

@@ -13,6 +13,11 @@
 // On GPUs the B loads are coalesced along the lanes and A comes from registers, not memory.
 // Needs a subgroup size of 8 to 64 dividing the workgroup (the host checks). The sum runs over
 // k in order, in fp32, as gemm.comp's does.
+// Where both operands run along k in memory (A row-major, B transposed: a Linear's weights,
+// attention's q @ k^T) and every offset is a multiple of 4, loads take four k at once through
+// vec4 views of the same buffers: one loop over the lanes brings 4 values instead of 1, so a
+// step of 4 k costs 1 A + NC B loads instead of 4 + 4 * NC (vision_transformer on lavapipe
+// 0.81x). Same products, same order: the result is bit-identical to the scalar path's.
 // Workgroup: 64 invocations = gl_NumSubgroups subgroups, laid out sgr x sgc over a tile of
 // (sgr * R) rows by (sgc * S * NC) columns. x loops over tiles, z over the batch (both in grid
 // strides, so the host may cap them at the device's limits).
@@ -20,9 +25,13 @@ layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int has_c = 0;
 layout(constant_id = 1) const int c_last = 0;
+layout(constant_id = 2) const int vec4_loads = 1;  // 0: the scalar path only (A/B runs)
 
 layout(binding = 0) readonly buffer A { sfp a_data[]; };
 layout(binding = 1) readonly buffer B { sfp b_data[]; };
+// the same two buffers, 4 elements an index (the vec4 path)
+layout(binding = 0) readonly buffer A4 { sfpvec4 a4_data[]; };
+layout(binding = 1) readonly buffer B4 { sfpvec4 b4_data[]; };
 layout(binding = 2) readonly buffer C { sfp c_data[]; };
 layout(binding = 3) writeonly buffer Out { sfp out_data[]; };
 
@@ -59,6 +68,37 @@ ivec4 b_col;  // element offset of each (clamped) column of B
     acc1lo += lo * b1; acc1hi += hi * b1; \
     acc2lo += lo * b2; acc2hi += hi * b2; \
     acc3lo += lo * b3; acc3hi += hi * b3; \
+}
+
+// The vec4 path: four k a step. Lane l holds A[row l % 8][k0 .. k0 + 3] (ra, one load);
+// rows 0-7 come from lanes 0-7 by subgroupBroadcast, and each lane loads its NC columns'
+// B[k0 .. k0 + 3] (one load each). KQ is the multiply-add of one k (component c).
+#define KQ(c) { \
+    vec4 lo = vec4(r0.c, r1.c, r2.c, r3.c); \
+    vec4 hi = vec4(r4.c, r5.c, r6.c, r7.c); \
+    acc0lo += lo * v0.c; acc0hi += hi * v0.c; \
+    acc1lo += lo * v1.c; acc1hi += hi * v1.c; \
+    acc2lo += lo * v2.c; acc2hi += hi * v2.c; \
+    acc3lo += lo * v3.c; acc3hi += hi * v3.c; \
+}
+#define KSTEP4 { \
+    vec4 ra = vec4(a4_data[(a_lane + k0) >> 2]); \
+    vec4 r0 = subgroupBroadcast(ra, 0), r1 = subgroupBroadcast(ra, 1); \
+    vec4 r2 = subgroupBroadcast(ra, 2), r3 = subgroupBroadcast(ra, 3); \
+    vec4 r4 = subgroupBroadcast(ra, 4), r5 = subgroupBroadcast(ra, 5); \
+    vec4 r6 = subgroupBroadcast(ra, 6), r7 = subgroupBroadcast(ra, 7); \
+    vec4 v0 = vec4(b4_data[(b_col.x + k0) >> 2]); \
+    vec4 v1 = vec4(b4_data[(b_col.y + k0) >> 2]); \
+    vec4 v2 = vec4(b4_data[(b_col.z + k0) >> 2]); \
+    vec4 v3 = vec4(b4_data[(b_col.w + k0) >> 2]); \
+    KQ(x) KQ(y) KQ(z) KQ(w) \
+}
+
+// Whether the vec4 path applies: k runs along memory in A and B, and K and every stride that
+// can move a row, a column or a batch are multiples of 4 (so is every offset it computes).
+bool k_runs_in_fours() {
+    return vec4_loads == 1 && p.sak == 1 && p.sbk == 1
+        && ((p.K | p.sai | p.sa1 | p.sa2 | p.sbj | p.sb1 | p.sb2) & 3) == 0;
 }
 
 void load_a(int k0) {
@@ -111,6 +151,10 @@ void tile(int i0, int j0, ivec2 bb) {
     }
 
     int k0 = 0;
+    if (k_runs_in_fours()) {
+        int a_lane = abase + min(i0 + int(gl_SubgroupInvocationID & 7u), p.M - 1) * p.sai;
+        for (; k0 < p.K; k0 += 4) KSTEP4
+    }
     for (; k0 + 8 <= p.K; k0 += 8) {
         load_a(k0);
         KSTEP(0) KSTEP(1) KSTEP(2) KSTEP(3) KSTEP(4) KSTEP(5) KSTEP(6) KSTEP(7)

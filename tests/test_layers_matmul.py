@@ -84,6 +84,11 @@ GEMM_CASES = [
     GemmCase("0=2", [(33, 16), (16, 130)]),
     *[GemmCase("3=1", [(35, k), (66, k)]) for k in (1, 2, 3, 4, 5, 6, 7)],
     GemmCase("14=1", [(40, 9), (9, 65), (40, 65)]),
+    # gemm_tiled.comp's vec4 path (k along memory in A and B, K a multiple of 4): several steps
+    # of 4, a Linear with its bias past the tile's edges, C with alpha and beta
+    GemmCase("3=1", [(35, 12), (66, 12)]),
+    GemmCase("3=1 5=1 6=1 8=37 9=20 10=4", [(45, 20)], [(37, 20), (1, 37)]),
+    GemmCase("0=0.5 1=2 3=1", [(9, 8), (70, 8), (9, 70)]),
 ]
 
 
@@ -126,6 +131,21 @@ async def test_gemm_matches_ncnn(
         assert not _strided_gemm.tiled_gemm_fits(device.info)
     model, inputs = _gemm_model(tmp_path, case)
     await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm")
+
+
+async def test_gemm_vec4_loads_give_the_scalar_paths_bits(
+    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gemm_tiled.comp's vec4 path makes the same products in the same order."""
+    from asyncvk.layers import _strided_gemm
+
+    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "always")
+    model, inputs = _gemm_model(tmp_path, GemmCase("3=1", [(35, 20), (66, 20), (35, 66)]))
+    outputs = []
+    for vec4 in (True, False):
+        monkeypatch.setattr(_strided_gemm, "VEC4_LOADS", vec4)
+        outputs.append((await asyncvk_forward(model, inputs, ["out0"]))[0]["out0"])
+    np.testing.assert_array_equal(outputs[0], outputs[1])
 
 
 def test_gemm_ranges_fit_the_devices_shared_memory(device: VulkanDevice) -> None:
@@ -209,6 +229,7 @@ MATMUL_CASES = [
     ("", (3, 5, 7), (2, 3, 7, 6)),
     ("", (2, 3, 5, 7), (7, 6)),
     ("", (2, 3, 37, 19), (2, 1, 19, 41)),
+    ("0=1", (2, 3, 37, 20), (2, 1, 41, 20)),  # gemm_tiled.comp's vec4 path, batched
 ]
 
 

@@ -41,6 +41,32 @@ def test_reflection_matches_declarations() -> None:
     assert info.local_size_ids == (233, 234, 235)
 
 
+ALIASED = """#version 450
+layout(local_size_x = 8) in;
+layout(binding = 0) readonly buffer A { float a[]; };
+layout(binding = 0) readonly buffer A4 { vec4 a4[]; };
+layout(binding = 1) writeonly buffer O { float o[]; };
+void main() { uint i = gl_GlobalInvocationID.x; o[i] = a[i] + a4[i].y; }
+"""
+
+
+def test_two_views_of_one_buffer_are_one_binding() -> None:
+    """gemm_tiled.comp reads its operands as floats and as vec4: one descriptor each."""
+    from asyncvk.shader._interface import declared_interface
+
+    info = reflect_spirv(compile_glsl(ALIASED))
+    assert [(b.binding, b.descriptor_type) for b in info.bindings] == [
+        (0, "storage_buffer"),
+        (1, "storage_buffer"),
+    ]
+    declared = declared_interface(ALIASED)
+    assert declared.bindings == info.bindings and declared.read_only_bindings == {0}
+    # views that disagree on the descriptor's type are no binding Vulkan can make
+    clash = ALIASED.replace("readonly buffer A4 { vec4 a4[]; }", "uniform A4 { vec4 a4[4]; }")
+    with pytest.raises(SpirvError, match=r"binding 0\.0 is both"):
+        reflect_spirv(compile_glsl(clash))
+
+
 def test_fixed_local_size() -> None:
     info = reflect_spirv(compile_glsl(FIXED))
     assert info.local_size == (16, 4, 2)

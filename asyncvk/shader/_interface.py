@@ -158,7 +158,8 @@ def declared_interface(source: str) -> DeclaredInterface:
             if kind is None or number is None or group is None or min(number, group) < 0:
                 bindings = None
             else:
-                bindings.append(Binding(group, number, kind))
+                if Binding(group, number, kind) not in bindings:  # not a second view of one buffer
+                    bindings.append(Binding(group, number, kind))
                 if kind == STORAGE_BUFFER and group == 0 and "readonly" in head.split():
                     read_only.add(number)
                 else:

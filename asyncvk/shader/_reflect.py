@@ -149,8 +149,14 @@ def _bindings_and_push_size(module: SpirvModule) -> tuple[list[Binding], int]:
         kind = _descriptor_type(storage, pointee, module.types, module.decorations)
         if kind is None:
             raise SpirvError(f"binding {var_deco[DEC_BINDING]} has an unsupported resource type")
-        binding = var_deco[DEC_BINDING]
-        bindings.append(Binding(var_deco.get(DEC_DESCRIPTOR_SET, 0), binding, kind))
+        found = Binding(var_deco.get(DEC_DESCRIPTOR_SET, 0), var_deco[DEC_BINDING], kind)
+        twin = next((b for b in bindings if (b.set, b.binding) == (found.set, found.binding)), None)
+        if twin is None:
+            bindings.append(found)
+        elif twin != found:  # two views of one descriptor (vec4 and scalar) must agree on its type
+            raise SpirvError(
+                f"binding {found.set}.{found.binding} is both {twin.descriptor_type} and {kind}"
+            )
     return bindings, push_size
 
 
