@@ -1,13 +1,16 @@
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 // gemm.comp's batched strided product (same operands, strides, C order and c_last), tiled
 // for devices where every per-invocation load is expensive (llvmpipe runs each one as a
 // scalar loop over the lanes of a subgroup):
 //   - the lanes of a subgroup share R rows and own NC columns each (lane + S * c), so a B load
 //     brings S distinct, all-used values and feeds R multiply-adds;
 //   - A is loaded 8 k at a time, lane l holding A[row][k0 + l % 8], and handed to every lane
-//     by subgroupBroadcast (a register move), so one A load feeds 8 * NC multiply-adds.
+//     by subgroupShuffle from a constant lane, so one A load feeds 8 * NC multiply-adds.
+//     Not subgroupBroadcast, the same thing on paper: llvmpipe (Mesa 22.3) runs a broadcast
+//     as a loop over the lanes that looks for the first active one, for each component, and a
+//     shuffle as one vpermd (vision_transformer on lavapipe 0.58x).
 // Per k and lane: NC loads of B + R / 8 loads of A for R * NC multiply-adds (gemm.comp: 8 for
 // 16). R = 8 rows as two vec4, NC = 4 columns: 32 accumulators.
 // On GPUs the B loads are coalesced along the lanes and A comes from registers, not memory.
@@ -62,8 +65,8 @@ ivec4 b_col;  // element offset of each (clamped) column of B
     float b1 = float(b_data[b_col.y + bk]); \
     float b2 = float(b_data[b_col.z + bk]); \
     float b3 = float(b_data[b_col.w + bk]); \
-    vec4 lo = subgroupBroadcast(a_lo, kk); \
-    vec4 hi = subgroupBroadcast(a_hi, kk); \
+    vec4 lo = subgroupShuffle(a_lo, uint(kk)); \
+    vec4 hi = subgroupShuffle(a_hi, uint(kk)); \
     acc0lo += lo * b0; acc0hi += hi * b0; \
     acc1lo += lo * b1; acc1hi += hi * b1; \
     acc2lo += lo * b2; acc2hi += hi * b2; \
@@ -71,7 +74,7 @@ ivec4 b_col;  // element offset of each (clamped) column of B
 }
 
 // The vec4 path: four k a step. Lane l holds A[row l % 8][k0 .. k0 + 3] (ra, one load);
-// rows 0-7 come from lanes 0-7 by subgroupBroadcast, and each lane loads its NC columns'
+// rows 0-7 come from lanes 0-7 by subgroupShuffle, and each lane loads its NC columns'
 // B[k0 .. k0 + 3] (one load each). KQ is the multiply-add of one k (component c).
 #define KQ(c) { \
     vec4 lo = vec4(r0.c, r1.c, r2.c, r3.c); \
@@ -83,10 +86,10 @@ ivec4 b_col;  // element offset of each (clamped) column of B
 }
 #define KSTEP4 { \
     vec4 ra = vec4(a4_data[(a_lane + k0) >> 2]); \
-    vec4 r0 = subgroupBroadcast(ra, 0), r1 = subgroupBroadcast(ra, 1); \
-    vec4 r2 = subgroupBroadcast(ra, 2), r3 = subgroupBroadcast(ra, 3); \
-    vec4 r4 = subgroupBroadcast(ra, 4), r5 = subgroupBroadcast(ra, 5); \
-    vec4 r6 = subgroupBroadcast(ra, 6), r7 = subgroupBroadcast(ra, 7); \
+    vec4 r0 = subgroupShuffle(ra, 0u), r1 = subgroupShuffle(ra, 1u); \
+    vec4 r2 = subgroupShuffle(ra, 2u), r3 = subgroupShuffle(ra, 3u); \
+    vec4 r4 = subgroupShuffle(ra, 4u), r5 = subgroupShuffle(ra, 5u); \
+    vec4 r6 = subgroupShuffle(ra, 6u), r7 = subgroupShuffle(ra, 7u); \
     vec4 v0 = vec4(b4_data[(b_col.x + k0) >> 2]); \
     vec4 v1 = vec4(b4_data[(b_col.y + k0) >> 2]); \
     vec4 v2 = vec4(b4_data[(b_col.z + k0) >> 2]); \

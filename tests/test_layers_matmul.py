@@ -133,6 +133,23 @@ async def test_gemm_matches_ncnn(
     await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm")
 
 
+def test_the_tiled_gemm_needs_subgroup_shuffles(
+    device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gemm_tiled.comp hands A between lanes with subgroupShuffle: no shuffles, no tiled GEMM."""
+    import dataclasses
+
+    from asyncvk.layers import _strided_gemm
+
+    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "always")
+    info = dataclasses.replace(device.info, min_subgroup_size=8, max_subgroup_size=8)
+    info = dataclasses.replace(info, subgroup_size=8, subgroup_operations=0xFF)
+    assert _strided_gemm.tiled_gemm_fits(info)
+    assert not _strided_gemm.tiled_gemm_fits(
+        dataclasses.replace(info, subgroup_operations=0xFF & ~0x10)
+    )
+
+
 async def test_gemm_vec4_loads_give_the_scalar_paths_bits(
     device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
