@@ -114,6 +114,14 @@ CASES: list[Case] = [
     ),
     # ... and a map of 81 tiles (11 blocks of 8: the GEMM pass's lanes over tile blocks only)
     Case("Convolution", "0=16 1=3 4=1 5=1 6=2304 9=1", [(16, 34, 36)], conv_weights(16, 16, 3)),
+    # ... and 13 channels in, 12 out (a partial 8-channel block), 96 padded tiles (12 blocks),
+    # bias and an activation
+    Case(
+        "Convolution",
+        "0=12 1=3 4=1 5=1 6=1404 9=2 -23310=1,0.1",
+        [(13, 40, 36)],
+        conv_weights(12, 13, 3),
+    ),
     Case(
         "Convolution",
         "0=65 1=3 2=2 3=2 4=2 5=0 6=2925 18=0.5",

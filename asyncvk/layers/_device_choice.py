@@ -13,6 +13,16 @@ from ..gpu._info import GpuInfo
 FLAT_LOCAL = (8, 1, 1)
 
 
+_SUBGROUP_BASIC_AND_SHUFFLE = 0x1 | 0x10  # VK_SUBGROUP_FEATURE_BASIC_BIT | SHUFFLE_BIT
+
+
+def has_subgroup_shuffles(info: GpuInfo) -> bool:
+    """Whether compute shaders on ``info``'s device may use subgroupShuffle: the CPU-device
+    shaders hand values between lanes with it (llvmpipe: one vpermd)."""
+    wanted = _SUBGROUP_BASIC_AND_SHUFFLE
+    return info.subgroup_operations & wanted == wanted
+
+
 def on_cpu_devices(setting: str, info: GpuInfo) -> bool:
     """Whether a choice set to ``setting`` is taken on ``info``'s device."""
     return setting == "always" or (setting == "cpu" and info.is_cpu)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
-from ._device_choice import on_cpu_devices
+from ._device_choice import has_subgroup_shuffles, on_cpu_devices
 from ._gpu_api import GpuBlob, PipelineSpec, RecordContext, capped_groups, pack_push
 
 #: gemm.comp: invocations per workgroup along (columns, rows); each computes 4x4 outputs.
@@ -31,7 +31,6 @@ _SHARED_PER_SPLIT = (64 * 4 + 16 * 9 + 16 * 8) * 16
 _TILED_LOCAL = (64, 1, 1)
 _TILED_ROWS = 8
 _TILED_COLS = 4
-_SUBGROUP_FEATURE_SHUFFLE = 0x10  # VK_SUBGROUP_FEATURE_SHUFFLE_BIT: subgroupShuffle
 #: Where gemm_tiled.comp runs (its subgroups permitting): "cpu" devices, "always" or "never".
 #: Measured 2026-11-23: about twice as fast as gemm.comp on lavapipe; on the H100 its 8 x 256
 #: tiles leave the GPU idle (vision_transformer 30.6 ms against 14.2 ms with gemm.comp).
@@ -65,9 +64,8 @@ def tiled_gemm_fits(info: GpuInfo) -> bool:
     (dividing the workgroup)."""
     smallest = info.min_subgroup_size or info.subgroup_size
     largest = max(info.max_subgroup_size, info.subgroup_size)
-    shuffle = bool(info.subgroup_operations & _SUBGROUP_FEATURE_SHUFFLE)
     wanted = on_cpu_devices(TILED_GEMM, info)
-    return wanted and shuffle and 8 <= smallest <= largest <= 64
+    return wanted and has_subgroup_shuffles(info) and 8 <= smallest <= largest <= 64
 
 
 def gemm_spec(info: GpuInfo, has_c: bool, c_last: bool = False) -> PipelineSpec:
