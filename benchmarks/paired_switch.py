@@ -1,0 +1,100 @@
+"""Two settings of one module switch, timed in pairs inside one process.
+
+    python benchmarks/paired_switch.py --model DIR --switch asyncvk.layers._strided_gemm.VEC4_LOADS
+        [--values '[false, true]'] [--pairs 8] [--out FILE.json]
+
+On a machine whose speed drifts from minute to minute (the 2-core lavapipe box), two fresh
+processes run minutes apart can differ by more than the change being measured. Here one Net is
+loaded per value of the switch (set before its load, so its layers pick their pipelines with
+it), and their extractions alternate (A B, then B A), so drift hits both alike. The report
+gives each value's min and median, the ratio of each pair (last value over first) and the
+largest difference between their outputs. A switch read at record time rather than at load
+would make both Nets alike: check the outputs' difference or the pipelines when in doubt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import blob_names, emit
+
+from asyncvk import Net, get_gpu_info
+
+
+async def paired(d: Path, module: Any, attr: str, values: list[Any], pairs: int) -> dict[str, Any]:
+    in_name, out_name = blob_names(d)
+    x = np.load(d / "input.npy")
+    nets: list[Net] = []
+    try:
+        for value in values:
+            setattr(module, attr, value)
+            net = Net()
+            await net.__aenter__()
+            nets.append(net)
+            await net.load_param(d / "model.param")
+            await net.load_model(d / "model.bin")
+            await net.background_builds()
+
+        async def once(net: Net) -> tuple[float, np.ndarray]:
+            start = time.perf_counter()
+            ex = net.create_extractor()
+            ex.input(in_name, x)
+            out = await ex.extract(out_name)
+            return (time.perf_counter() - start) * 1e3, out
+
+        for net in nets:  # plans recorded, first dispatches done
+            await once(net)
+            await once(net)
+        times: list[list[float]] = [[] for _ in nets]
+        outputs: list[np.ndarray] = [np.zeros(0)] * len(nets)
+        for r in range(pairs):
+            order = range(len(nets)) if r % 2 == 0 else reversed(range(len(nets)))
+            for i in order:
+                ms, outputs[i] = await once(nets[i])
+                times[i].append(ms)
+    finally:
+        for net in nets:
+            await net.__aexit__(None, None, None)
+    ratios = sorted(b / a for a, b in zip(times[0], times[-1], strict=True))
+    return {
+        "values": values,
+        "min_ms": [round(min(t), 1) for t in times],
+        "median_ms": [round(statistics.median(t), 1) for t in times],
+        "pair_ratios": [round(r, 3) for r in ratios],
+        "pair_ratio_median": round(statistics.median(ratios), 3),
+        "max_abs_output_difference": float(np.abs(outputs[0] - outputs[-1]).max()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="a model folder")
+    parser.add_argument("--switch", required=True, help="module.ATTRIBUTE")
+    parser.add_argument("--values", default="[false, true]", help="JSON list, first = baseline")
+    parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    module_name, attr = args.switch.rsplit(".", 1)
+    module = importlib.import_module(module_name)
+    values = json.loads(args.values)
+    result = asyncio.run(paired(args.model, module, attr, values, args.pairs))
+    report = {
+        "device": get_gpu_info().device_name,
+        "model": args.model.name,
+        "switch": args.switch,
+        **result,
+    }
+    emit(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
