@@ -26,9 +26,7 @@
 // strides, so the host may cap them at the device's limits).
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
-layout(constant_id = 0) const int has_c = 0;
-layout(constant_id = 1) const int c_last = 0;
-layout(constant_id = 2) const int vec4_loads = 1;  // 0: the scalar path only (A/B runs)
+layout(constant_id = 0) const int vec4_loads = 1;  // 0: the scalar path only (A/B runs)
 
 layout(binding = 0) readonly buffer A { sfp a_data[]; };
 layout(binding = 1) readonly buffer B { sfp b_data[]; };
@@ -38,7 +36,10 @@ layout(binding = 1) readonly buffer B4 { sfpvec4 b4_data[]; };
 layout(binding = 2) readonly buffer C { sfp c_data[]; };
 layout(binding = 3) writeonly buffer Out { sfp out_data[]; };
 
-// as gemm.comp, plus the batch count nb (= nb1 * nb2)
+// as gemm.comp, plus the batch count nb (= nb1 * nb2); and gemm.comp's specialization
+// constants has_c and c_last as push constants: llvmpipe compiles each pipeline at its first
+// dispatch (150-200 ms for this shader), so a transformer's products, with and without C, C
+// before or after alpha, share one pipeline
 layout(push_constant) uniform Params {
     int M; int N; int K; int nb2;
     int sa1; int sa2; int sai; int sak;
@@ -47,6 +48,7 @@ layout(push_constant) uniform Params {
     int so1; int so2; int soi; int soj;
     float alpha; float beta;
     int nb;
+    int has_c; int c_last;
 } p;
 
 const int R = 8;  // rows per subgroup (two vec4 halves)
@@ -113,7 +115,7 @@ void load_a(int k0) {
 
 // beta * C at (clamped) rows, one column
 vec4 c_term(int cbase, ivec4 rows, int col) {
-    if (has_c == 0) return vec4(0.0);
+    if (p.has_c == 0) return vec4(0.0);
     ivec4 o = cbase + rows * p.sci + col * p.scj;
     return vec4(float(c_data[o.x]), float(c_data[o.y]), float(c_data[o.z]), float(c_data[o.w]))
            * p.beta;
@@ -125,7 +127,7 @@ void store(int obase, int cbase, int i0, int j, vec4 v, int r0) {
         int i = i0 + r0 + r;
         if (i >= p.M) return;
         float o = v[r] * p.alpha;
-        if (c_last == 1) o += float(c_data[cbase + i * p.sci + j * p.scj]) * p.beta;
+        if (p.c_last == 1) o += float(c_data[cbase + i * p.sci + j * p.scj]) * p.beta;
         out_data[obase + i * p.soi + j * p.soj] = sfp(o);
     }
 }
@@ -140,7 +142,7 @@ void tile(int i0, int j0, ivec2 bb) {
     int abase = bb.x * p.sa1 + bb.y * p.sa2;
     a_row_lo = abase + rows_lo * p.sai;
     a_row_hi = abase + rows_hi * p.sai;
-    if (c_last == 1) {
+    if (p.c_last == 1) {
         acc0lo = acc0hi = acc1lo = acc1hi = acc2lo = acc2hi = acc3lo = acc3hi = vec4(0.0);
     } else {
         acc0lo = c_term(cbase, rows_lo, cols.x);

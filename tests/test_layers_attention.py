@@ -123,6 +123,24 @@ async def test_multiheadattention_matches_ncnn(
     await assert_gpu_and_cpu_match_ncnn(model, inputs, "MultiHeadAttention")
 
 
+async def test_the_tiled_products_share_one_pipeline(
+    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With and without C, C before or after alpha: one gemm_tiled.comp pipeline (llvmpipe
+    compiles each pipeline at its first dispatch)."""
+    _use_product_shader(monkeypatch, "tiled")
+    model, inputs = _mha_model(tmp_path, MhaCase(8, 2, 5, 5, mask=(5, 5)))
+    async with Net() as net:
+        await net.load_param(model.param)
+        await net.load_model(model.bin)
+        ex = net.create_extractor()
+        for name, value in inputs.items():
+            ex.input(name, value)
+        await ex.extract("out0")
+        gemm = [b.name for b in net.cache.build_log() if "gemm" in b.name]
+    assert len(gemm) == 1, gemm
+
+
 BAD_MHA = [
     ("0=8 1=3 2=64", "param 0 embed_dim=8 must be a positive multiple of param 1 num_heads=3"),
     ("0=8 1=2 2=60", "param 2 weight_data_size=60 must be a positive multiple of embed_dim=8"),

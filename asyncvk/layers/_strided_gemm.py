@@ -73,8 +73,8 @@ def gemm_spec(info: GpuInfo, has_c: bool, c_last: bool = False) -> PipelineSpec:
     ``c_last`` adds ``beta * C`` after ``alpha`` (``alpha * A @ B + beta * C``) instead of
     before."""
     if tiled_gemm_fits(info):
-        flags = (int(has_c), int(c_last), int(VEC4_LOADS))
-        return PipelineSpec("gemm_tiled", flags, _TILED_LOCAL)
+        # one pipeline for every product: has_c and c_last go in its push constants
+        return PipelineSpec("gemm_tiled", (int(VEC4_LOADS),), _TILED_LOCAL)
     return PipelineSpec("gemm", (int(has_c), int(c_last)), _local(info))
 
 
@@ -117,18 +117,22 @@ def dispatch_gemm(
     alpha: float = 1.0,
     beta: float = 1.0,
     batch: tuple[int, int] = (1, 1),
+    c_last: bool = False,
 ) -> None:
-    """Record ``out = alpha * (beta * c + a @ b)`` (or, with a ``c_last`` pipeline,
-    ``alpha * a @ b + beta * c``) for M x N outputs over K, ``batch`` times.
+    """Record ``out = alpha * (beta * c + a @ b)`` (or, ``c_last``, ``alpha * a @ b + beta *
+    c``) for M x N outputs over K, ``batch`` times.
 
-    ``pipeline`` must be a key of a :func:`gemm_spec` with ``has_c`` matching ``c``.
+    ``pipeline`` must be a key of a :func:`gemm_spec` with ``has_c`` matching ``c`` and the
+    same ``c_last`` (gemm.comp specializes on both; gemm_tiled.comp reads them from its push
+    constants).
     """
     m, n, k = mnk
     nb1, nb2 = batch
     c_op = c if c is not None else Operand(a.buffer, 0, 0)  # bound, never read
     strides = (*a.strides(), *b.strides(), *c_op.strides(), *out.strides())
     if tiled_gemm_fits(ctx.info):
-        push = pack_push("4i16i2fi", m, n, k, nb2, *strides, alpha, beta, nb1 * nb2)
+        flags = (int(c is not None), int(c_last))
+        push = pack_push("4i16i2f3i", m, n, k, nb2, *strides, alpha, beta, nb1 * nb2, *flags)
         groups = _tiled_groups(ctx.info, m, n, nb1 * nb2)
     else:
         push = pack_push("4i16i2f", m, n, k, nb2, *strides, alpha, beta)

@@ -197,7 +197,7 @@ class MultiHeadAttention(Layer):
         dispatch_gemm(
             ctx, "gemm_mask" if mask else "gemm_noc", (src, dst, d),
             Operand(q, e, 1, batch1=d), Operand(k, 1, e, batch1=d),
-            Operand(scores, dst, 1, batch1=src * dst), mask, batch=(heads, 1),
+            Operand(scores, dst, 1, batch1=src * dst), mask, batch=(heads, 1), c_last=True,
         )  # fmt: skip
         ctx.barrier()
         probs = ctx.scratch(4 * heads * src * dst)
@@ -332,7 +332,7 @@ class SDPA(Layer):
             Operand(inputs[0], dim, 1, per * src * dim, src * dim),
             Operand(inputs[1], 1, dim, dst * dim, 0),
             Operand(scores, dst, 1, per * src * dst, src * dst),
-            mask, alpha=self.scale(dim), batch=(groups, per),
+            mask, alpha=self.scale(dim), batch=(groups, per), c_last=True,
         )  # fmt: skip
         ctx.barrier()
         probs = ctx.scratch(4 * heads * src * dst)
