@@ -150,6 +150,30 @@ def test_the_tiled_gemm_needs_subgroup_shuffles(
     )
 
 
+def test_c_after_alpha_needs_a_c(device: VulkanDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gemm_tiled.comp reads has_c and c_last from its push constants: a product recorded with
+    c_last and no C (attention without a mask) must not add the unbound C after alpha (the
+    softmax after it would hide a constant added to every score)."""
+    import struct
+
+    from asyncvk.layers import _strided_gemm
+
+    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "always")
+    pushes: list[bytes] = []
+
+    class Recorder:
+        info = device.info
+
+        def dispatch(self, pipeline: str, buffers: object, push: bytes, groups: object) -> None:
+            pushes.append(push)
+
+    op = _strided_gemm.Operand(buffer=None, row=1, col=1)  # type: ignore[arg-type]
+    for c in (None, op):
+        _strided_gemm.dispatch_gemm(Recorder(), "gemm", (2, 3, 4), op, op, op, c, c_last=True)  # type: ignore[arg-type]
+    flags = [struct.unpack_from("2i", push, len(push) - 8) for push in pushes]
+    assert flags == [(0, 0), (1, 1)]
+
+
 async def test_gemm_vec4_loads_give_the_scalar_paths_bits(
     device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
