@@ -20,7 +20,7 @@
 // attention's q @ k^T) and every offset is a multiple of 4, loads take four k at once through
 // vec4 views of the same buffers: one loop over the lanes brings 4 values instead of 1, so a
 // step of 4 k costs 1 A + NC B loads instead of 4 + 4 * NC (vision_transformer on lavapipe
-// 0.62x with the shuffles). Same products, same order: the result is bit-identical to the scalar path's.
+// 0.62x with the shuffles). Same products, same order: bit-identical to the scalar path.
 // Workgroup: 64 invocations = gl_NumSubgroups subgroups, laid out sgr x sgc over a tile of
 // (sgr * R) rows by (sgc * S * NC) columns. x loops over tiles, z over the batch (both in grid
 // strides, so the host may cap them at the device's limits).
@@ -60,7 +60,7 @@ vec4 a_lo, a_hi;  // A[rows 0-3 | 4-7][k0 + lane % 8]
 ivec4 a_row_lo, a_row_hi;  // element offset of each (clamped) row of A
 ivec4 b_col;  // element offset of each (clamped) column of B
 
-// one k of the current chunk: broadcast A[.][k0 + kk] from lane kk, multiply by this lane's B
+// one k of the current chunk: A[.][k0 + kk] from lane kk (a shuffle), times this lane's B
 #define KSTEP(kk) { \
     int bk = (k0 + kk) * p.sbk; \
     float b0 = float(b_data[b_col.x + bk]); \

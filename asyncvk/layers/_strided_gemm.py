@@ -36,7 +36,8 @@ _TILED_COLS = 4
 #: tiles leave the GPU idle (vision_transformer 30.6 ms against 14.2 ms with gemm.comp).
 TILED_GEMM = "cpu"
 #: Whether gemm_tiled.comp loads four k at once where both operands run along k in memory.
-#: Measured 2026-11-27 on lavapipe: vision_transformer 0.81x (paired runs in one process).
+#: Measured 2026-11-27 on lavapipe, paired runs in one process (benchmarks/paired_switch.py):
+#: vision_transformer 0.62x (0.81x before the shuffles).
 VEC4_LOADS = True
 
 
