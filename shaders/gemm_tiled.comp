@@ -12,18 +12,21 @@
 //     as a loop over the lanes that looks for the first active one, for each component, and a
 //     shuffle as one vpermd (vision_transformer on lavapipe 0.58x).
 // Per k and lane: NC loads of B + R / 8 loads of A for R * NC multiply-adds (gemm.comp: 8 for
-// 16). R = 8 rows as two vec4, NC = 4 columns: 32 accumulators.
+// 16). R = 16 rows as four vec4, NC = 2 columns: 32 accumulators (R = 8, NC = 4 took 1.10x
+// the time on vision_transformer, lavapipe: 5 loads per 32 multiply-adds instead of 4).
 // On GPUs the B loads are coalesced along the lanes and A comes from registers, not memory.
 // Needs a subgroup size of 8 to 64 dividing the workgroup (the host checks). The sum runs over
 // k in order, in fp32, as gemm.comp's does.
 // Where both operands run along k in memory (A row-major, B transposed: a Linear's weights,
 // attention's q @ k^T) and every offset is a multiple of 4, loads take four k at once through
 // vec4 views of the same buffers: one loop over the lanes brings 4 values instead of 1, so a
-// step of 4 k costs 1 A + NC B loads instead of 4 + 4 * NC (vision_transformer on lavapipe
-// 0.62x with the shuffles). Same products, same order: bit-identical to the scalar path.
-// Workgroup: 64 invocations = gl_NumSubgroups subgroups, laid out sgr x sgc over a tile of
-// (sgr * R) rows by (sgc * S * NC) columns. x loops over tiles, z over the batch (both in grid
-// strides, so the host may cap them at the device's limits).
+// step of 4 k costs R / 8 A + NC B loads instead of R / 2 + 4 * NC (vision_transformer on
+// lavapipe 0.62x with the shuffles). Same products, same order: bit-identical to the scalar
+// path.
+// Workgroup: 64 invocations = gl_NumSubgroups subgroups, laid out sgr x sgc (sgc up to 4) over
+// a tile of (sgr * R) rows by (sgc * S * NC) columns: 32 x 64 with llvmpipe's 8 lanes.
+// x loops over tiles, z over the batch (both in grid strides, so the host may cap them at the
+// device's limits).
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
 
 layout(constant_id = 0) const int vec4_loads = 1;  // 0: the scalar path only (A/B runs)
@@ -51,51 +54,55 @@ layout(push_constant) uniform Params {
     int has_c; int c_last;
 } p;
 
-const int R = 8;  // rows per subgroup (two vec4 halves)
-const int NC = 4;  // columns per invocation
+const int R = 16;  // rows per subgroup (four vec4 quarters)
+const int NC = 2;  // columns per invocation
 
-// acc<column><rows 0-3 | 4-7>: plain vectors, so nothing is an indexed array in the k loop
-vec4 acc0lo, acc0hi, acc1lo, acc1hi, acc2lo, acc2hi, acc3lo, acc3hi;
-vec4 a_lo, a_hi;  // A[rows 0-3 | 4-7][k0 + lane % 8]
-ivec4 a_row_lo, a_row_hi;  // element offset of each (clamped) row of A
-ivec4 b_col;  // element offset of each (clamped) column of B
+// acc<column>q<rows 4q .. 4q + 3>: plain vectors, so nothing is an indexed array in the k loop
+vec4 acc0q0, acc0q1, acc0q2, acc0q3, acc1q0, acc1q1, acc1q2, acc1q3;
+vec4 a_q0, a_q1, a_q2, a_q3;  // A[rows 4q .. 4q + 3][k0 + lane % 8]
+ivec4 a_row_q0, a_row_q1, a_row_q2, a_row_q3;  // element offset of each (clamped) row of A
+ivec2 b_col;  // element offset of each (clamped) column of B
+
+// one column's 16 rows of multiply-adds with the A vectors r0-r3 and this lane's B value b
+
+#define COLUMN(c, b) \
+    acc##c##q0 += r0 * b; acc##c##q1 += r1 * b; acc##c##q2 += r2 * b; acc##c##q3 += r3 * b;
 
 // one k of the current chunk: A[.][k0 + kk] from lane kk (a shuffle), times this lane's B
 #define KSTEP(kk) { \
     int bk = (k0 + kk) * p.sbk; \
     float b0 = float(b_data[b_col.x + bk]); \
     float b1 = float(b_data[b_col.y + bk]); \
-    float b2 = float(b_data[b_col.z + bk]); \
-    float b3 = float(b_data[b_col.w + bk]); \
-    vec4 lo = subgroupShuffle(a_lo, uint(kk)); \
-    vec4 hi = subgroupShuffle(a_hi, uint(kk)); \
-    acc0lo += lo * b0; acc0hi += hi * b0; \
-    acc1lo += lo * b1; acc1hi += hi * b1; \
-    acc2lo += lo * b2; acc2hi += hi * b2; \
-    acc3lo += lo * b3; acc3hi += hi * b3; \
+    vec4 r0 = subgroupShuffle(a_q0, uint(kk)); \
+    vec4 r1 = subgroupShuffle(a_q1, uint(kk)); \
+    vec4 r2 = subgroupShuffle(a_q2, uint(kk)); \
+    vec4 r3 = subgroupShuffle(a_q3, uint(kk)); \
+    COLUMN(0, b0) COLUMN(1, b1) \
 }
 
-// The vec4 path: four k a step. Lane l holds A[row l % 8][k0 .. k0 + 3] (ra, one load);
-// rows 0-7 come from lanes 0-7 by subgroupShuffle, and each lane loads its NC columns'
-// B[k0 .. k0 + 3] (one load each). KQ is the multiply-add of one k (component c).
+// The vec4 path: four k a step. Lane l holds A[row l % 8] (ra) and A[row 8 + l % 8] (rb) at
+// k0 .. k0 + 3, one load each; rows 0-15 come from lanes 0-7 by subgroupShuffle, and each lane
+// loads its NC columns' B[k0 .. k0 + 3] (one load each). KQ is one k (component c).
 #define KQ(c) { \
-    vec4 lo = vec4(r0.c, r1.c, r2.c, r3.c); \
-    vec4 hi = vec4(r4.c, r5.c, r6.c, r7.c); \
-    acc0lo += lo * v0.c; acc0hi += hi * v0.c; \
-    acc1lo += lo * v1.c; acc1hi += hi * v1.c; \
-    acc2lo += lo * v2.c; acc2hi += hi * v2.c; \
-    acc3lo += lo * v3.c; acc3hi += hi * v3.c; \
+    vec4 r0 = vec4(s0.c, s1.c, s2.c, s3.c); \
+    vec4 r1 = vec4(s4.c, s5.c, s6.c, s7.c); \
+    vec4 r2 = vec4(t0.c, t1.c, t2.c, t3.c); \
+    vec4 r3 = vec4(t4.c, t5.c, t6.c, t7.c); \
+    COLUMN(0, v0.c) COLUMN(1, v1.c) \
 }
 #define KSTEP4 { \
     vec4 ra = vec4(a4_data[(a_lane + k0) >> 2]); \
-    vec4 r0 = subgroupShuffle(ra, 0u), r1 = subgroupShuffle(ra, 1u); \
-    vec4 r2 = subgroupShuffle(ra, 2u), r3 = subgroupShuffle(ra, 3u); \
-    vec4 r4 = subgroupShuffle(ra, 4u), r5 = subgroupShuffle(ra, 5u); \
-    vec4 r6 = subgroupShuffle(ra, 6u), r7 = subgroupShuffle(ra, 7u); \
+    vec4 rb = vec4(a4_data[(b_lane + k0) >> 2]); \
+    vec4 s0 = subgroupShuffle(ra, 0u), s1 = subgroupShuffle(ra, 1u); \
+    vec4 s2 = subgroupShuffle(ra, 2u), s3 = subgroupShuffle(ra, 3u); \
+    vec4 s4 = subgroupShuffle(ra, 4u), s5 = subgroupShuffle(ra, 5u); \
+    vec4 s6 = subgroupShuffle(ra, 6u), s7 = subgroupShuffle(ra, 7u); \
+    vec4 t0 = subgroupShuffle(rb, 0u), t1 = subgroupShuffle(rb, 1u); \
+    vec4 t2 = subgroupShuffle(rb, 2u), t3 = subgroupShuffle(rb, 3u); \
+    vec4 t4 = subgroupShuffle(rb, 4u), t5 = subgroupShuffle(rb, 5u); \
+    vec4 t6 = subgroupShuffle(rb, 6u), t7 = subgroupShuffle(rb, 7u); \
     vec4 v0 = vec4(b4_data[(b_col.x + k0) >> 2]); \
     vec4 v1 = vec4(b4_data[(b_col.y + k0) >> 2]); \
-    vec4 v2 = vec4(b4_data[(b_col.z + k0) >> 2]); \
-    vec4 v3 = vec4(b4_data[(b_col.w + k0) >> 2]); \
     KQ(x) KQ(y) KQ(z) KQ(w) \
 }
 
@@ -106,16 +113,21 @@ bool k_runs_in_fours() {
         && ((p.K | p.sai | p.sa1 | p.sa2 | p.sbj | p.sb1 | p.sb2) & 3) == 0;
 }
 
-void load_a(int k0) {
-    int k = min(k0 + int(gl_SubgroupInvocationID & 7u), p.K - 1) * p.sak;
-    ivec4 lo = a_row_lo + k, hi = a_row_hi + k;
-    a_lo = vec4(float(a_data[lo.x]), float(a_data[lo.y]), float(a_data[lo.z]), float(a_data[lo.w]));
-    a_hi = vec4(float(a_data[hi.x]), float(a_data[hi.y]), float(a_data[hi.z]), float(a_data[hi.w]));
+vec4 load_rows(ivec4 o) {
+    return vec4(float(a_data[o.x]), float(a_data[o.y]), float(a_data[o.z]), float(a_data[o.w]));
 }
 
-// beta * C at (clamped) rows, one column
+void load_a(int k0) {
+    int k = min(k0 + int(gl_SubgroupInvocationID & 7u), p.K - 1) * p.sak;
+    a_q0 = load_rows(a_row_q0 + k);
+    a_q1 = load_rows(a_row_q1 + k);
+    a_q2 = load_rows(a_row_q2 + k);
+    a_q3 = load_rows(a_row_q3 + k);
+}
+
+// beta * C at (clamped) rows, one column, where C comes before alpha
 vec4 c_term(int cbase, ivec4 rows, int col) {
-    if (p.has_c == 0) return vec4(0.0);
+    if (p.has_c == 0 || p.c_last == 1) return vec4(0.0);
     ivec4 o = cbase + rows * p.sci + col * p.scj;
     return vec4(float(c_data[o.x]), float(c_data[o.y]), float(c_data[o.z]), float(c_data[o.w]))
            * p.beta;
@@ -134,32 +146,34 @@ void store(int obase, int cbase, int i0, int j, vec4 v, int r0) {
     }
 }
 
+ivec4 rows_from(int i) { return min(ivec4(i) + ivec4(0, 1, 2, 3), ivec4(p.M - 1)); }
+
+#define INIT_COLUMN(c, col) \
+    acc##c##q0 = c_term(cbase, rows_q0, col); acc##c##q1 = c_term(cbase, rows_q1, col); \
+    acc##c##q2 = c_term(cbase, rows_q2, col); acc##c##q3 = c_term(cbase, rows_q3, col);
+#define STORE_COLUMN(c, j) \
+    store(obase, cbase, i0, j, acc##c##q0, 0); store(obase, cbase, i0, j, acc##c##q1, 4); \
+    store(obase, cbase, i0, j, acc##c##q2, 8); store(obase, cbase, i0, j, acc##c##q3, 12);
+
 void tile(int i0, int j0, ivec2 bb) {
     int S = int(gl_SubgroupSize);
     int cbase = bb.x * p.sc1 + bb.y * p.sc2;
-    ivec4 cols = min(ivec4(j0) + ivec4(0, S, 2 * S, 3 * S), ivec4(p.N - 1));
+    ivec2 cols = min(ivec2(j0) + ivec2(0, S), ivec2(p.N - 1));
     b_col = bb.x * p.sb1 + bb.y * p.sb2 + cols * p.sbj;
-    ivec4 rows_lo = min(ivec4(i0) + ivec4(0, 1, 2, 3), ivec4(p.M - 1));
-    ivec4 rows_hi = min(ivec4(i0) + ivec4(4, 5, 6, 7), ivec4(p.M - 1));
+    ivec4 rows_q0 = rows_from(i0), rows_q1 = rows_from(i0 + 4);
+    ivec4 rows_q2 = rows_from(i0 + 8), rows_q3 = rows_from(i0 + 12);
     int abase = bb.x * p.sa1 + bb.y * p.sa2;
-    a_row_lo = abase + rows_lo * p.sai;
-    a_row_hi = abase + rows_hi * p.sai;
-    if (p.c_last == 1) {
-        acc0lo = acc0hi = acc1lo = acc1hi = acc2lo = acc2hi = acc3lo = acc3hi = vec4(0.0);
-    } else {
-        acc0lo = c_term(cbase, rows_lo, cols.x);
-        acc0hi = c_term(cbase, rows_hi, cols.x);
-        acc1lo = c_term(cbase, rows_lo, cols.y);
-        acc1hi = c_term(cbase, rows_hi, cols.y);
-        acc2lo = c_term(cbase, rows_lo, cols.z);
-        acc2hi = c_term(cbase, rows_hi, cols.z);
-        acc3lo = c_term(cbase, rows_lo, cols.w);
-        acc3hi = c_term(cbase, rows_hi, cols.w);
-    }
+    a_row_q0 = abase + rows_q0 * p.sai;
+    a_row_q1 = abase + rows_q1 * p.sai;
+    a_row_q2 = abase + rows_q2 * p.sai;
+    a_row_q3 = abase + rows_q3 * p.sai;
+    INIT_COLUMN(0, cols.x) INIT_COLUMN(1, cols.y)
 
     int k0 = 0;
     if (k_runs_in_fours()) {
-        int a_lane = abase + min(i0 + int(gl_SubgroupInvocationID & 7u), p.M - 1) * p.sai;
+        int l8 = int(gl_SubgroupInvocationID & 7u);
+        int a_lane = abase + min(i0 + l8, p.M - 1) * p.sai;
+        int b_lane = abase + min(i0 + 8 + l8, p.M - 1) * p.sai;
         for (; k0 < p.K; k0 += 4) KSTEP4
     }
     for (; k0 + 8 <= p.K; k0 += 8) {
@@ -177,22 +191,14 @@ void tile(int i0, int j0, ivec2 bb) {
         if (kn > 5) KSTEP(5)
         if (kn > 6) KSTEP(6)
     }
-
     int obase = bb.x * p.so1 + bb.y * p.so2;
-    store(obase, cbase, i0, j0, acc0lo, 0);
-    store(obase, cbase, i0, j0, acc0hi, 4);
-    store(obase, cbase, i0, j0 + S, acc1lo, 0);
-    store(obase, cbase, i0, j0 + S, acc1hi, 4);
-    store(obase, cbase, i0, j0 + 2 * S, acc2lo, 0);
-    store(obase, cbase, i0, j0 + 2 * S, acc2hi, 4);
-    store(obase, cbase, i0, j0 + 3 * S, acc3lo, 0);
-    store(obase, cbase, i0, j0 + 3 * S, acc3hi, 4);
+    STORE_COLUMN(0, j0) STORE_COLUMN(1, j0 + S)
 }
 
 void main() {
     int S = int(gl_SubgroupSize);
     int sg = int(gl_SubgroupID);
-    int sgc = gl_NumSubgroups >= 2u ? 2 : 1;
+    int sgc = int(min(gl_NumSubgroups, 4u));
     int sgr = int(gl_NumSubgroups) / sgc;
     int tile_m = sgr * R;
     int tile_n = sgc * S * NC;
