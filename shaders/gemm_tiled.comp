@@ -64,7 +64,6 @@ ivec4 a_row_q0, a_row_q1, a_row_q2, a_row_q3;  // element offset of each (clampe
 ivec2 b_col;  // element offset of each (clamped) column of B
 
 // one column's 16 rows of multiply-adds with the A vectors r0-r3 and this lane's B value b
-
 #define COLUMN(c, b) \
     acc##c##q0 += r0 * b; acc##c##q1 += r1 * b; acc##c##q2 += r2 * b; acc##c##q3 += r3 * b;
 
@@ -80,7 +79,8 @@ ivec2 b_col;  // element offset of each (clamped) column of B
     COLUMN(0, b0) COLUMN(1, b1) \
 }
 
-// The vec4 path: four k a step. Lane l holds A[row l % 8] (ra) and A[row 8 + l % 8] (rb) at
+// The vec4 path: four k a step. Lane l holds A[row l % 8] (ra, from a_lo) and A[row 8 + l % 8]
+// (rb, from a_hi) at
 // k0 .. k0 + 3, one load each; rows 0-15 come from lanes 0-7 by subgroupShuffle, and each lane
 // loads its NC columns' B[k0 .. k0 + 3] (one load each). KQ is one k (component c).
 #define KQ(c) { \
@@ -91,8 +91,8 @@ ivec2 b_col;  // element offset of each (clamped) column of B
     COLUMN(0, v0.c) COLUMN(1, v1.c) \
 }
 #define KSTEP4 { \
-    vec4 ra = vec4(a4_data[(a_lane + k0) >> 2]); \
-    vec4 rb = vec4(a4_data[(b_lane + k0) >> 2]); \
+    vec4 ra = vec4(a4_data[(a_lo + k0) >> 2]); \
+    vec4 rb = vec4(a4_data[(a_hi + k0) >> 2]); \
     vec4 s0 = subgroupShuffle(ra, 0u), s1 = subgroupShuffle(ra, 1u); \
     vec4 s2 = subgroupShuffle(ra, 2u), s3 = subgroupShuffle(ra, 3u); \
     vec4 s4 = subgroupShuffle(ra, 4u), s5 = subgroupShuffle(ra, 5u); \
@@ -172,8 +172,8 @@ void tile(int i0, int j0, ivec2 bb) {
     int k0 = 0;
     if (k_runs_in_fours()) {
         int l8 = int(gl_SubgroupInvocationID & 7u);
-        int a_lane = abase + min(i0 + l8, p.M - 1) * p.sai;
-        int b_lane = abase + min(i0 + 8 + l8, p.M - 1) * p.sai;
+        int a_lo = abase + min(i0 + l8, p.M - 1) * p.sai;  // this lane's row of rows 0-7
+        int a_hi = abase + min(i0 + 8 + l8, p.M - 1) * p.sai;  // and of rows 8-15
         for (; k0 < p.K; k0 += 4) KSTEP4
     }
     for (; k0 + 8 <= p.K; k0 += 8) {

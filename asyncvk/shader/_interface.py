@@ -158,8 +158,9 @@ def declared_interface(source: str) -> DeclaredInterface:
             if kind is None or number is None or group is None or min(number, group) < 0:
                 bindings = None
             else:
-                if Binding(group, number, kind) not in bindings:  # not a second view of one buffer
-                    bindings.append(Binding(group, number, kind))
+                found = Binding(group, number, kind)
+                if found not in bindings:  # not a second view of one buffer
+                    bindings.append(found)
                 if kind == STORAGE_BUFFER and group == 0 and "readonly" in head.split():
                     read_only.add(number)
                 else:
