@@ -1,4 +1,6 @@
 #version 450
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 // Direct convolution, tiled for memory-bound devices: one invocation computes 8 output
 // channels of one group at 8 consecutive output columns. Each input value feeds 8 channels and each
 // weight vec4 8 columns, so a multiply-add costs 0.25 scalar loads instead of convolution.comp's
@@ -8,7 +10,10 @@
 // at stride 1: 10 per row instead of 24): rrdb 440 -> 284 ms and resnet18 209 -> 155 ms CPU
 // per inference on lavapipe; 1x1 kernels and wide strides keep one load per tap and column.
 // Weights are repacked by the layer as [group][out_c per group / 8][in_c per group]
-// [kernel_h * kernel_w][8] (each group's channels zero-padded to 8), read as two vec4 loads.
+// [kernel_h * kernel_w][8] (each group's channels zero-padded to 8). The 8 lanes of a workgroup
+// share a channel block, so each loads one of a tap's 8 weights and subgroupShuffle hands them
+// round (tap_weights): mobilenet 0.85x, mobilenet_v3 0.94x on lavapipe (paired runs).
+// Needs subgroups of at least 8 lanes with shuffles (the layer checks).
 // Groups (shufflenet's grouped 1x1 layers) ran convolution.comp, one output per invocation:
 // 20-24 ms a layer on lavapipe.
 // x = the 8-column block, row-major over the output map (x = row * blocks per row + block),
@@ -28,6 +33,10 @@ layout(constant_id = 8) const int act_type = 0;
 layout(constant_id = 9) const float act_a = 0.0;
 layout(constant_id = 10) const float act_b = 0.0;
 layout(constant_id = 11) const float pad_value = 0.0;
+// 1: each lane loads one of a tap's 8 weights and subgroupShuffle hands them to every lane (the
+// workgroup's 8 lanes share their channel block); 0: every lane loads all 8 (two vec4). Id 13,
+// not 12: a body of convolutiondepthwise.comp (whose 12 is flat_columns) stays unlike this one.
+layout(constant_id = 13) const int shared_weights = 1;
 // input columns one row of a block spans: 8 outputs stride_w apart, plus the kernel's reach.
 // Loading the span once serves every kx when it is fewer loads than 8 per tap (3x3: 10 not 24)
 const int SPAN = 7 * stride_w + (kernel_w - 1) * dilation_w + 1;
@@ -36,6 +45,7 @@ const bool SHARED_ROW = SPAN < 8 * kernel_w;
 layout(binding = 0) readonly buffer In { sfp x_in[]; };
 layout(binding = 1) writeonly buffer Out { sfp x_out[]; };
 layout(binding = 2) readonly buffer Weight { sfpvec4 weight[]; };
+layout(binding = 2) readonly buffer WeightS { sfp weight_s[]; };
 layout(binding = 3) readonly buffer Bias { sfp bias[]; };
 
 layout(push_constant) uniform Params {
@@ -48,15 +58,30 @@ layout(push_constant) uniform Params {
 #include "activation.h"
 #include "index.h"
 
+// The 8 output channels' weights of one tap, at vec4 index wv (channels 0-3) and wv + 1 (4-7).
+// llvmpipe runs every per-lane load as a loop over the lanes with a bounds check per component:
+// one scalar load a lane and 8 shuffles (one vpermd each) cost less than two vec4 loads a lane.
+void tap_weights(int wv, out vec4 wa, out vec4 wb) {
+    if (shared_weights == 1) {
+        float w = float(weight_s[wv * 4 + int(gl_SubgroupInvocationID & 7u)]);
+        wa = vec4(subgroupShuffle(w, 0u), subgroupShuffle(w, 1u),
+                  subgroupShuffle(w, 2u), subgroupShuffle(w, 3u));
+        wb = vec4(subgroupShuffle(w, 4u), subgroupShuffle(w, 5u),
+                  subgroupShuffle(w, 6u), subgroupShuffle(w, 7u));
+    } else {
+        wa = vec4(weight[wv]);
+        wb = vec4(weight[wv + 1]);
+    }
+}
+
 // one block of 8 columns (tx) by 8 output channels (tz: the group's block, see main)
-void invoke(int tx, int oy, int tz) {
+void invoke(int tx, int oy, int tz, bool valid) {
     int outc_g = p.outc / group;
     int inc_g = p.c / group;
     int blocks_g = (outc_g + 7) / 8;
     int g = tz / blocks_g;
     int ox0 = tx * 8;
     int oc0 = (tz - g * blocks_g) * 8;  // within the group
-    if (ox0 >= p.outw || oy >= p.outh || g >= group) return;
 
     const int maxk = kernel_w * kernel_h;
     vec4 a[8];  // [column] channels 0-3
@@ -82,8 +107,8 @@ void invoke(int tx, int oy, int tz) {
                     v[t] = yin && x >= 0 && x < p.w ? value : pad_value;
                 }
                 for (int kx = 0; kx < kernel_w; kx++) {
-                    vec4 wa = vec4(weight[wv]);
-                    vec4 wb = vec4(weight[wv + 1]);
+                    vec4 wa, wb;
+                    tap_weights(wv, wa, wb);
                     wv += 2;
                     for (int j = 0; j < 8; j++) {
                         float x = v[j * stride_w + kx * dilation_w];
@@ -94,8 +119,8 @@ void invoke(int tx, int oy, int tz) {
             } else {
                 // each tap's 8 columns loaded by themselves
                 for (int kx = 0; kx < kernel_w; kx++) {
-                    vec4 wa = vec4(weight[wv]);
-                    vec4 wb = vec4(weight[wv + 1]);
+                    vec4 wa, wb;
+                    tap_weights(wv, wa, wb);
                     wv += 2;
                     for (int j = 0; j < 8; j++) {
                         int x = x0 + j * stride_w + kx * dilation_w;
@@ -108,6 +133,7 @@ void invoke(int tx, int oy, int tz) {
             }
         }
     }
+    if (!valid) return;
     for (int i = 0; i < 8; i++) {
         if (oc0 + i >= outc_g) break;
         int oc = g * outc_g + oc0 + i;
@@ -124,8 +150,12 @@ void invoke(int tx, int oy, int tz) {
 void main() {
     ivec3 id = ivec3(gl_GlobalInvocationID);
     ivec3 stride = grid_stride();
+    int lane = int(gl_LocalInvocationID.x);
     int blocks = (p.outw + 7) / 8;  // TILE_OX in asyncvk/layers/_conv_shaders.py
     int channel_blocks = group * ((p.outc / group + 7) / 8);  // tiled_groups in the layer
     for (int z = id.z; z < channel_blocks; z += stride.z)
-        for (int i = id.x; i < blocks * p.outh; i += stride.x) invoke(i % blocks, i / blocks, z);
+        for (int base = id.x - lane; base < blocks * p.outh; base += stride.x) {
+            int i = min(base + lane, blocks * p.outh - 1);
+            invoke(i % blocks, i / blocks, z, base + lane < blocks * p.outh);
+        }
 }

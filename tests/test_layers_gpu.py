@@ -414,7 +414,9 @@ async def test_flat_and_tiled_layouts(
     ]
 
 
-@pytest.mark.parametrize("choice", ["one-output", "tiled", "splitk", "gemm", "winograd"])
+@pytest.mark.parametrize(
+    "choice", ["one-output", "tiled", "tiled-own-weights", "splitk", "gemm", "winograd"]
+)
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
 async def test_every_convolution_shader(
     device: VulkanDevice, case: Case, choice: str, monkeypatch: pytest.MonkeyPatch
@@ -422,12 +424,15 @@ async def test_every_convolution_shader(
     """The tiled shader (chosen on CPU devices), the one-output shader, the split-K shader
     (grouped layers too), the implicit-GEMM shader (chosen on GPUs, by the taps per output
     and the output map) and the Winograd passes (3x3 kernels at stride 1 on CPU devices) all
-    match the reference, whichever device runs the tests."""
+    match the reference, whichever device runs the tests. The tiled shader's lanes share a
+    tap's weights by subgroupShuffle, or ("tiled-own-weights") each loads all of them."""
     from asyncvk.layers import _conv_shaders
 
     winograd = "always" if choice == "winograd" else "never"
     monkeypatch.setattr(_conv_shaders, "WINOGRAD_SHADER", winograd)
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if choice == "tiled" else "never")
+    tiled = choice.startswith("tiled")
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if tiled else "never")
+    monkeypatch.setattr(_conv_shaders, "SHARED_WEIGHTS", choice == "tiled")
     monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
     gemm = choice.startswith("gemm")
     monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always" if gemm else "never")
@@ -445,9 +450,7 @@ async def test_every_convolution_shader(
         wino = {f"convolution_winograd_{p}" for p in ("input", "gemm", "output")}
         assert shaders == wino
         return
-    elif choice == "tiled" and (
-        group == 1 or out_c // group >= _conv_shaders.TILED_FEWEST_PER_GROUP
-    ):
+    elif tiled and (group == 1 or out_c // group >= _conv_shaders.TILED_FEWEST_PER_GROUP):
         want = "convolution_tiled"  # ungrouped, or enough channels a group (3 a group: not)
     elif choice == "splitk":
         want = "convolution_splitk"  # at any size when "always", grouped or not
@@ -658,6 +661,26 @@ def test_winograd_is_for_wide_3x3_layers_on_cpu_devices(device: VulkanDevice) ->
     assert wide.gpu_weights(target)["weight"].size == 64 * 64 * 9
     assert wide.background_weights(target)["weight_winograd"].size == 36 * 64 * 64
     assert layer(48, 95).background_weights(target) == {}
+
+
+def test_the_tiled_convolution_needs_shuffles_and_8_lanes(device: VulkanDevice) -> None:
+    """convolution_tiled.comp hands a tap's weights from lane to lane by subgroupShuffle within
+    its 8-lane workgroup: a CPU device without shuffles, or whose subgroups may hold fewer than 8
+    lanes, runs convolution.comp instead."""
+    import dataclasses
+
+    from asyncvk.layers import convolution
+    from asyncvk.layers._paramdict import ParamDict
+
+    conv = convolution.Convolution()
+    conv.load_param(ParamDict({0: 16, 1: 1, 6: 16 * 8}))
+    cpu = dataclasses.replace(
+        device.info, device_type=4, subgroup_operations=0xFF, min_subgroup_size=8
+    )
+    assert conv.shader(cpu)[0] == "convolution_tiled"
+    no_shuffle = dataclasses.replace(cpu, subgroup_operations=0xFF & ~0x10)
+    assert conv.shader(no_shuffle)[0] == "convolution"
+    assert conv.shader(dataclasses.replace(cpu, min_subgroup_size=4))[0] == "convolution"
 
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:

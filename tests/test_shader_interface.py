@@ -46,7 +46,7 @@ def test_every_builtin_shader_passes_against_its_own_source(options: ShaderOptio
         ("convolution", "pooling", "descriptor bindings [0.0 storage_buffer, 0.1 storage_buffer]"),
         ("softmax", "scale_add", "a 8-byte push-constant block; the source declares 12"),
         ("convolution_tiled", "convolutiondepthwise", "specialization ids [12]"),
-        ("deconvolution_tiled", "convolution_tiled", "specialization ids [2, 3, 6, 11]"),
+        ("deconvolution_tiled", "convolution_tiled", "specialization ids [2, 3, 6, 11, 13]"),
         ("softmax", "softmax@shapes", "a 0-byte push-constant block"),
     ],
 )

@@ -34,10 +34,13 @@ import numpy as np
 
 from ..gpu._info import GpuInfo
 from ..shader._options import ShaderOptions
-from ._device_choice import FLAT_LOCAL, on_cpu_devices
+from ._device_choice import FLAT_LOCAL, has_subgroup_shuffles, on_cpu_devices
 
 #: Where ungrouped convolutions run the tiled shader: "cpu" devices, "always" or "never".
 TILED_SHADER = "cpu"
+#: Whether convolution_tiled.comp's lanes load one weight each and hand them on by subgroupShuffle
+#: (spec constant 12) instead of each loading all 8 of a tap. Measured 2026-11-27 on lavapipe.
+SHARED_WEIGHTS = True
 TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
 TILE_OX = 8  # output columns per invocation in convolution_tiled.comp
 DECONV_TILE_OX = 4  # output columns (of one stride phase) per invocation in deconvolution_tiled
@@ -82,6 +85,13 @@ TILED_FEWEST_PER_GROUP = 4
 def tiled(info: GpuInfo) -> bool:
     """Whether a layer that the tiled shader can run does so on ``info``'s device."""
     return on_cpu_devices(TILED_SHADER, info)
+
+
+def tiled_convolution(info: GpuInfo) -> bool:
+    """Whether convolution_tiled.comp runs on ``info``'s device: :func:`tiled`, and subgroups
+    that hold a whole workgroup's 8 lanes and shuffle (its weights go from lane to lane)."""
+    smallest = info.min_subgroup_size or info.subgroup_size
+    return tiled(info) and has_subgroup_shuffles(info) and smallest >= TILE_OC
 
 
 def tiled_groups(output: tuple[int, ...], group: int = 1) -> tuple[int, int, int]:

@@ -330,7 +330,7 @@ class Convolution(ConvParams):
         depthwise ones: convolutiondepthwise.comp), on the devices the tiled shader wins on."""
         per_group = self.num_output // self.group
         fits = self.group == 1 or per_group >= _conv_shaders.TILED_FEWEST_PER_GROUP
-        return fits and _conv_shaders.tiled(info)
+        return fits and _conv_shaders.tiled_convolution(info)
 
     def _flat_columns(self, info: GpuInfo) -> bool:
         """Whether convolutiondepthwise.comp lays its column blocks out flat, one row after
@@ -383,7 +383,10 @@ class Convolution(ConvParams):
         else:
             local = _conv_shaders.TILED_LOCAL if shader == "convolution_tiled" else _LOCAL_2D
             grouped = shader in ("convolution", "convolution_tiled")
-            pipelines = {"conv": PipelineSpec(shader, specs if grouped else ungrouped, local)}
+            constants = specs if grouped else ungrouped
+            if shader == "convolution_tiled":  # its shared_weights constant (id 13)
+                constants = (*constants, int(_conv_shaders.SHARED_WEIGHTS))
+            pipelines = {"conv": PipelineSpec(shader, constants, local)}
         if self._splitk(target.info):  # beside convolution.comp, its group constant last
             pipelines["conv_splitk"] = PipelineSpec(
                 "convolution_splitk", (*ungrouped, self.group), _conv_shaders.LOCAL
