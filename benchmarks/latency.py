@@ -121,6 +121,7 @@ VARIANTS = (
     "asyncvk_no_conv_gemm",
     "asyncvk_no_winograd",
     "asyncvk_scalar_gemm_loads",
+    "asyncvk_own_conv_weights",
 )
 
 
@@ -155,6 +156,8 @@ def _measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
         _strided_gemm.TILED_GEMM = "never"
     if variant == "asyncvk_scalar_gemm_loads":  # gemm_tiled.comp one k a load throughout
         _strided_gemm.VEC4_LOADS = False
+    if variant == "asyncvk_own_conv_weights":  # convolution_tiled.comp: every lane all 8 weights
+        _conv_shaders.SHARED_WEIGHTS = False
     option = Option(
         use_fp16_storage=variant == "asyncvk_fp16",
         # fp32 storage, fp16 operands where a shader has them (the matrix-unit convolution)
