@@ -10,6 +10,10 @@ it), and their extractions alternate (A B, then B A), so drift hits both alike. 
 gives each value's min and median, the ratio of each pair (last value over first) and the
 largest difference between their outputs. A switch read at record time rather than at load
 would make both Nets alike: check the outputs' difference or the pipelines when in doubt.
+
+With ``--layer-types Convolution,ConvolutionDepthWise`` a run's time is the device time of
+those layers' dispatches (the dispatch profiler's timestamps) instead of the wall time of the
+whole extraction: a change to one shader, measured without the rest of the model's noise.
 """
 
 from __future__ import annotations
@@ -27,12 +31,16 @@ import numpy as np
 from _common import blob_names, emit
 
 from asyncvk import Net, get_gpu_info
+from asyncvk.net._dispatch_profile import ProfilingExtractor
 
 
-async def paired(d: Path, module: Any, attr: str, values: list[Any], pairs: int) -> dict[str, Any]:
+async def paired(
+    d: Path, module: Any, attr: str, values: list[Any], pairs: int, layer_types: tuple[str, ...]
+) -> dict[str, Any]:
     in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
     nets: list[Net] = []
+    profilers: dict[int, ProfilingExtractor] = {}
     try:
         for value in values:
             setattr(module, attr, value)
@@ -44,6 +52,15 @@ async def paired(d: Path, module: Any, attr: str, values: list[Any], pairs: int)
             await net.background_builds()
 
         async def once(net: Net) -> tuple[float, np.ndarray]:
+            if layer_types:  # the device ms of those layers' dispatches
+                if id(net) not in profilers:
+                    profilers[id(net)] = await ProfilingExtractor(net).__aenter__()
+                profiler = profilers[id(net)]
+                profiler.input(in_name, x)
+                out = await profiler.extract(out_name)
+                assert profiler.profile is not None
+                dispatches = profiler.profile.dispatches
+                return sum(t.gpu_ms for t in dispatches if t.layer_type in layer_types), out
             start = time.perf_counter()
             ex = net.create_extractor()
             ex.input(in_name, x)
@@ -61,6 +78,8 @@ async def paired(d: Path, module: Any, attr: str, values: list[Any], pairs: int)
                 ms, outputs[i] = await once(nets[i])
                 times[i].append(ms)
     finally:
+        for profiler in profilers.values():
+            await profiler.__aexit__(None, None, None)
         for net in nets:
             await net.__aexit__(None, None, None)
     ratios = sorted(b / a for a, b in zip(times[0], times[-1], strict=True))
@@ -80,16 +99,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--switch", required=True, help="module.ATTRIBUTE")
     parser.add_argument("--values", default="[false, true]", help="JSON list, first = baseline")
     parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument(
+        "--layer-types",
+        default="",
+        help="time only these layer types' dispatches (comma-separated)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     module_name, attr = args.switch.rsplit(".", 1)
     module = importlib.import_module(module_name)
     values = json.loads(args.values)
-    result = asyncio.run(paired(args.model, module, attr, values, args.pairs))
+    layer_types = tuple(t for t in args.layer_types.split(",") if t)
+    result = asyncio.run(paired(args.model, module, attr, values, args.pairs, layer_types))
     report = {
         "device": get_gpu_info().device_name,
         "model": args.model.name,
         "switch": args.switch,
+        "timed": f"device ms of {list(layer_types)}" if layer_types else "extraction wall ms",
         **result,
     }
     emit(report, args.out)

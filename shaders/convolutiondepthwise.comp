@@ -1,10 +1,11 @@
 #version 450
 // Depthwise convolution (group == in_c == out_c): one invocation computes 4 consecutive output
-// columns of one channel. Each kernel row's input span is loaded once and reused by the 4
-// outputs (6 loads instead of 12 for a 3x3 stride-1 row), edges are branch-free, and the
+// columns of one channel (COLS: 8 on CPU devices). Each kernel row's input
+// span is loaded once and reused by the outputs (6 loads instead of 12 for a 3x3 stride-1 row
+// of 4), edges are branch-free, and the
 // channel is the shader's only weight row, so no group constant: one pipeline per
 // kernel/stride/dilation/activation serves every channel count.
-// Weights are [c][kernel_h][kernel_w]. x = output column / 4, y = output row, z = channel;
+// Weights are [c][kernel_h][kernel_w]. x = output column / COLS, y = output row, z = channel;
 // with flat_columns (CPU devices) x = row * blocks per row + block and y is unused: llvmpipe
 // runs a workgroup's invocations 8 at a time along x, so an 8 x 8 workgroup of blocks x rows
 // kept 2 of 8 lanes busy on a 7 x 7 map (efficientnet_b0's 672- and 1152-channel layers).
@@ -24,6 +25,8 @@ layout(constant_id = 10) const float pad_value = 0.0;
 // id 12, not 11: the tiled convolution declares ids 0-11 with the same bindings and push
 // block, so an id it lacks is what tells the two bodies apart when a crafted cache file puts
 // one under the other's key (tests/test_cache_content_trust.py)
+// 0: the 8 x 8 workgroups of 4-column blocks x rows (GPUs); 4 or 8: the flat layout (CPU
+// devices, see above) with that many columns an invocation
 layout(constant_id = 12) const int flat_columns = 0;
 
 layout(binding = 0) readonly buffer In { sfp x_in[]; };
@@ -41,16 +44,22 @@ layout(push_constant) uniform Params {
 #include "activation.h"
 #include "index.h"
 
-const int span = 3 * stride_w + (kernel_w - 1) * dilation_w + 1;  // input columns of 4 outputs
+// output columns an invocation computes (4 unless flat_columns is 8): on CPU devices every load
+// is a loop over the lanes, and 8 columns load a row's span and each weight once for 8 outputs
+// (a 3x3 stride-1 layer: 39 loads per 8 outputs instead of 54)
+const int COLS = 4 + flat_columns / 8 * 4;
+// input columns under COLS outputs
+const int span = (COLS - 1) * stride_w + (kernel_w - 1) * dilation_w + 1;
 
-// one block of 4 columns (tx)
+// one block of COLS columns (tx)
 void invoke(int tx, int oy, int ch) {
-    int ox0 = tx * 4;
+    int ox0 = tx * COLS;
     if (ox0 >= p.outw || oy >= p.outh || ch >= p.outc) return;
 
     const int maxk = kernel_w * kernel_h;
     float b = bias_term == 1 ? float(bias[ch]) : 0.0;
-    vec4 sum = vec4(b);
+    vec4 sum = vec4(b);  // columns 0-3
+    vec4 sum_hi = vec4(b);  // columns 4-7 (COLS == 8)
     int x0 = ox0 * stride_w - p.pad_left;
     int y0 = oy * stride_h - p.pad_top;
     int plane = ch * p.w * p.h;
@@ -69,20 +78,26 @@ void invoke(int tx, int oy, int ch) {
             float k = float(weight[wbase + ky * kernel_w + kx]);
             int o = kx * dilation_w;
             sum += k * vec4(seg[o], seg[o + stride_w], seg[o + 2 * stride_w], seg[o + 3 * stride_w]);
+            if (COLS == 8) {
+                int o4 = o + 4 * stride_w;
+                sum_hi += k * vec4(seg[o4], seg[o4 + stride_w], seg[o4 + 2 * stride_w],
+                                   seg[o4 + 3 * stride_w]);
+            }
         }
     }
     int base = (ch * p.outh + oy) * p.outw;
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < COLS; j++) {
         if (ox0 + j >= p.outw) break;
-        x_out[base + ox0 + j] = sfp(activation(sum[j], act_type, act_a, act_b));
+        float v = j < 4 ? sum[j] : sum_hi[j - 4];
+        x_out[base + ox0 + j] = sfp(activation(v, act_type, act_a, act_b));
     }
 }
 
 void main() {
     ivec3 id = ivec3(gl_GlobalInvocationID);
     ivec3 stride = grid_stride();
-    int blocks = (p.outw + 3) / 4;
-    if (flat_columns == 1) {
+    int blocks = (p.outw + COLS - 1) / COLS;
+    if (flat_columns != 0) {
         for (int z = id.z; z < p.outc; z += stride.z)
             for (int i = id.x; i < blocks * p.outh; i += stride.x) invoke(i % blocks, i / blocks, z);
         return;

@@ -415,7 +415,7 @@ async def test_flat_and_tiled_layouts(
 
 
 @pytest.mark.parametrize(
-    "choice", ["one-output", "tiled", "tiled-own-weights", "splitk", "gemm", "winograd"]
+    "choice", ["one-output", "tiled", "tiled-plain", "splitk", "gemm", "winograd"]
 )
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
 async def test_every_convolution_shader(
@@ -424,8 +424,10 @@ async def test_every_convolution_shader(
     """The tiled shader (chosen on CPU devices), the one-output shader, the split-K shader
     (grouped layers too), the implicit-GEMM shader (chosen on GPUs, by the taps per output
     and the output map) and the Winograd passes (3x3 kernels at stride 1 on CPU devices) all
-    match the reference, whichever device runs the tests. The tiled shader's lanes share a
-    tap's weights by subgroupShuffle, or ("tiled-own-weights") each loads all of them."""
+    match the reference, whichever device runs the tests. With the tiled choice the tiled
+    shader's lanes share a tap's weights by subgroupShuffle and the depthwise shader's flat
+    layout computes 8 columns an invocation (by default only for kernels of 5 and wider);
+    "tiled-plain" is each lane loading all 8 weights and 4 columns."""
     from asyncvk.layers import _conv_shaders
 
     winograd = "always" if choice == "winograd" else "never"
@@ -433,6 +435,8 @@ async def test_every_convolution_shader(
     tiled = choice.startswith("tiled")
     monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if tiled else "never")
     monkeypatch.setattr(_conv_shaders, "SHARED_WEIGHTS", choice == "tiled")
+    columns_from = 99 if choice == "tiled-plain" else 1  # 8 columns for every kernel, or none
+    monkeypatch.setattr(_conv_shaders, "DEPTHWISE_8_COLUMNS_FROM", columns_from)
     monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
     gemm = choice.startswith("gemm")
     monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always" if gemm else "never")
@@ -681,6 +685,32 @@ def test_the_tiled_convolution_needs_shuffles_and_8_lanes(device: VulkanDevice) 
     no_shuffle = dataclasses.replace(cpu, subgroup_operations=0xFF & ~0x10)
     assert conv.shader(no_shuffle)[0] == "convolution"
     assert conv.shader(dataclasses.replace(cpu, min_subgroup_size=4))[0] == "convolution"
+
+
+def test_wide_depthwise_kernels_take_8_columns_on_cpu_devices(device: VulkanDevice) -> None:
+    """convolutiondepthwise.comp's flat layout (CPU devices) computes 8 columns an invocation
+    for kernels of 5 and wider at stride 1, 4 otherwise; GPUs' layout always 4."""
+    import dataclasses
+
+    from asyncvk.layers import convolution
+    from asyncvk.layers._gpu_api import GpuTarget
+    from asyncvk.layers._paramdict import ParamDict
+    from asyncvk.shader import ShaderOptions
+
+    def columns(kernel: int, stride: int, info: GpuInfo) -> int:
+        conv = convolution.ConvolutionDepthWise()
+        conv.load_param(ParamDict({0: 16, 1: kernel, 3: stride, 6: 16 * kernel**2, 7: 16}))
+        shader, cols, _ = conv.shader(info)
+        assert shader == "convolutiondepthwise"
+        spec = conv.pipeline_specs(GpuTarget(ShaderOptions(), info))["conv"]
+        assert spec.specializations[-1] == (cols if info.is_cpu else 0)  # flat_columns (id 12)
+        return cols
+
+    cpu = dataclasses.replace(device.info, device_type=4)
+    gpu = dataclasses.replace(device.info, device_type=2)
+    assert columns(5, 1, cpu) == columns(7, 1, cpu) == 8
+    assert columns(3, 1, cpu) == columns(5, 2, cpu) == 4
+    assert columns(5, 1, gpu) == 4
 
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:

@@ -41,6 +41,11 @@ TILED_SHADER = "cpu"
 #: Whether convolution_tiled.comp's lanes load one weight each and hand them on by subgroupShuffle
 #: (spec constant 12) instead of each loading all 8 of a tap. Measured 2026-11-27 on lavapipe.
 SHARED_WEIGHTS = True
+#: The kernel width from which convolutiondepthwise.comp's flat layout (CPU devices) computes 8
+#: output columns an invocation instead of 4, at stride 1 (GPUs keep 4). Measured 2026-11-27
+#: on lavapipe, each model's layers by kind, 8 against 4: 5x5 stride 1 0.67x, 0.68x, 1.00x
+#: (efficientnet_b0, mobilenet_v3, mnasnet); 5x5 stride 2 0.90x, 0.90x, 1.36x; 3x3 0.86-1.24x.
+DEPTHWISE_8_COLUMNS_FROM = 5
 TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
 TILE_OX = 8  # output columns per invocation in convolution_tiled.comp
 DECONV_TILE_OX = 4  # output columns (of one stride phase) per invocation in deconvolution_tiled

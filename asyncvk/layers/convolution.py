@@ -379,7 +379,8 @@ class Convolution(ConvParams):
         if shader == "convolutiondepthwise":  # its flat_columns constant (id 12)
             flat = self._flat_columns(target.info)
             local = _conv_shaders.TILED_LOCAL if flat else _LOCAL_2D
-            pipelines = {"conv": PipelineSpec(shader, (*ungrouped, int(flat)), local)}
+            columns = self.shader(target.info)[1] if flat else 0
+            pipelines = {"conv": PipelineSpec(shader, (*ungrouped, columns), local)}
         else:
             local = _conv_shaders.TILED_LOCAL if shader == "convolution_tiled" else _LOCAL_2D
             grouped = shader in ("convolution", "convolution_tiled")
@@ -554,5 +555,6 @@ class ConvolutionDepthWise(Convolution):
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         one_input_per_group = self.weight_data_size == self.num_output * self.maxk
         if self.group > 1 and self.num_output == self.group and one_input_per_group:
-            return ("convolutiondepthwise", 4, 1)
+            wide = self.kernel_w >= _conv_shaders.DEPTHWISE_8_COLUMNS_FROM and self.stride_w == 1
+            return ("convolutiondepthwise", 8 if wide and self._flat_columns(info) else 4, 1)
         return super().shader(info)
