@@ -5,11 +5,12 @@
 
 On a machine whose speed drifts from minute to minute (the 2-core lavapipe box), two fresh
 processes run minutes apart can differ by more than the change being measured. Here one Net is
-loaded per value of the switch (set before its load, so its layers pick their pipelines with
-it), and their extractions alternate (A B, then B A), so drift hits both alike. The report
-gives each value's min and median, the ratio of each pair (last value over first) and the
-largest difference between their outputs. A switch read at record time rather than at load
-would make both Nets alike: check the outputs' difference or the pipelines when in doubt.
+loaded per value of the switch, and their extractions alternate (A B, then B A), so drift
+hits both alike. The switch is set to a Net's value before its load and again before each of
+its extractions, so a layer that reads it when a plan is recorded (dispatch sizes) sees the
+same value as when its pipelines were chosen. The report gives each value's min and median,
+the ratio of each pair (last value over first) and the largest difference between their
+outputs (0.0 when a change keeps the same products: it cannot tell the variants apart).
 
 With ``--layer-types Convolution,ConvolutionDepthWise`` a run's time is the device time of
 those layers' dispatches (the dispatch profiler's timestamps) instead of the wall time of the
@@ -52,6 +53,7 @@ async def paired(
             await net.background_builds()
 
         async def once(net: Net) -> tuple[float, np.ndarray]:
+            setattr(module, attr, values[nets.index(net)])  # as when its pipelines were chosen
             if layer_types:  # the device ms of those layers' dispatches
                 if id(net) not in profilers:
                     profilers[id(net)] = await ProfilingExtractor(net).__aenter__()

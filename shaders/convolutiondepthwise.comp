@@ -1,6 +1,7 @@
 #version 450
 // Depthwise convolution (group == in_c == out_c): one invocation computes 4 consecutive output
-// columns of one channel (COLS: 8 on CPU devices). Each kernel row's input
+// columns of one channel (COLS: 8 in the flat layout where the host asks, 5x5-and-wider kernels
+// at stride 1 on CPU devices). Each kernel row's input
 // span is loaded once and reused by the outputs (6 loads instead of 12 for a 3x3 stride-1 row
 // of 4), edges are branch-free, and the
 // channel is the shader's only weight row, so no group constant: one pipeline per
@@ -22,9 +23,9 @@ layout(constant_id = 7) const int act_type = 0;
 layout(constant_id = 8) const float act_a = 0.0;
 layout(constant_id = 9) const float act_b = 0.0;
 layout(constant_id = 10) const float pad_value = 0.0;
-// id 12, not 11: the tiled convolution declares ids 0-11 with the same bindings and push
-// block, so an id it lacks is what tells the two bodies apart when a crafted cache file puts
-// one under the other's key (tests/test_cache_content_trust.py)
+// id 12, not 11: convolution.comp declares ids 0-11 with the same bindings and push block, so
+// an id it lacks is what tells the two bodies apart when a crafted cache file puts one under
+// the other's key (tests/test_cache_content_trust.py)
 // 0: the 8 x 8 workgroups of 4-column blocks x rows (GPUs); 4 or 8: the flat layout (CPU
 // devices, see above) with that many columns an invocation
 layout(constant_id = 12) const int flat_columns = 0;
@@ -46,7 +47,8 @@ layout(push_constant) uniform Params {
 
 // output columns an invocation computes (4 unless flat_columns is 8): on CPU devices every load
 // is a loop over the lanes, and 8 columns load a row's span and each weight once for 8 outputs
-// (a 3x3 stride-1 layer: 39 loads per 8 outputs instead of 54)
+// (a 5x5 stride-1 layer: 85 loads per 8 outputs instead of 130; at 3x3, and at stride 2, the
+// larger span lost more than the loads saved on lavapipe, so the host keeps 4 there)
 const int COLS = 4 + flat_columns / 8 * 4;
 // input columns under COLS outputs
 const int span = (COLS - 1) * stride_w + (kernel_w - 1) * dilation_w + 1;

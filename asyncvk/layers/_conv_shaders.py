@@ -3,9 +3,10 @@ devices; on GPUs ``convolution_splitk.comp`` for small output maps, ``convolutio
 for large ones with enough channels and taps, else ``convolution.comp`` (one output per
 invocation).
 
-The tiled shader computes 8 channels x 4 columns per invocation from weights repacked as vec4
-blocks: 4-8x faster on lavapipe, where every per-lane load is a scalar loop, and 1.5-9x slower
-on an H100, which wants one invocation per output for occupancy.
+The tiled shader computes 8 channels x 8 columns per invocation from weights repacked as vec4
+blocks, its 8 lanes sharing each tap's weights by subgroupShuffle: 4-8x faster on lavapipe,
+where every per-lane load is a scalar loop, and 1.5-9x slower on an H100, which wants one
+invocation per output for occupancy.
 
 The split-K shader gives a subgroup 4 outputs of one channel, its lanes splitting the input
 channels and summing with subgroupAdd. The one-output shader gives a 7x7x512 layer 25k
@@ -39,7 +40,8 @@ from ._device_choice import FLAT_LOCAL, has_subgroup_shuffles, on_cpu_devices
 #: Where ungrouped convolutions run the tiled shader: "cpu" devices, "always" or "never".
 TILED_SHADER = "cpu"
 #: Whether convolution_tiled.comp's lanes load one weight each and hand them on by subgroupShuffle
-#: (spec constant 12) instead of each loading all 8 of a tap. Measured 2026-11-27 on lavapipe.
+#: (spec constant 13) instead of each loading all 8 of a tap, where the subgroups allow it
+#: (shared_weights). Measured 2026-11-27 on lavapipe: mobilenet 0.845x, mobilenet_v3 0.936x.
 SHARED_WEIGHTS = True
 #: The kernel width from which convolutiondepthwise.comp's flat layout (CPU devices) computes 8
 #: output columns an invocation instead of 4, at stride 1 (GPUs keep 4). Measured 2026-11-27
@@ -93,10 +95,19 @@ def tiled(info: GpuInfo) -> bool:
 
 
 def tiled_convolution(info: GpuInfo) -> bool:
-    """Whether convolution_tiled.comp runs on ``info``'s device: :func:`tiled`, and subgroups
-    that hold a whole workgroup's 8 lanes and shuffle (its weights go from lane to lane)."""
+    """Whether convolution_tiled.comp runs on ``info``'s device: :func:`tiled`, where compute
+    shaders may shuffle (the shader declares it)."""
+    return tiled(info) and has_subgroup_shuffles(info)
+
+
+def shared_weights(info: GpuInfo) -> bool:
+    """Whether convolution_tiled.comp's lanes share a tap's weights by subgroupShuffle on
+    ``info``'s device (specialization constant 13): SHARED_WEIGHTS, and subgroups that always
+    hold a whole 8-lane workgroup (lavapipe on a 128-bit host has 4-lane ones)."""
     smallest = info.min_subgroup_size or info.subgroup_size
-    return tiled(info) and has_subgroup_shuffles(info) and smallest >= TILE_OC
+    # the workgroup is one channel block's lanes: lane l loads the block's channel l
+    assert TILED_LOCAL[0] == TILE_OC
+    return SHARED_WEIGHTS and smallest >= TILED_LOCAL[0]
 
 
 def tiled_groups(output: tuple[int, ...], group: int = 1) -> tuple[int, int, int]:

@@ -192,8 +192,9 @@ class Convolution(ConvParams):
     """ncnn Convolution: params 0-6, 8-16, 18, 19; weights (out, in, kh, kw) then bias.
 
     On CPU devices convolutions run ``convolution_tiled.comp`` (8 channels of a group x 8
-    columns per invocation, weights repacked for it) unless a group has fewer than 4 output
-    channels; otherwise ``convolution.comp``, one output per invocation."""
+    columns per invocation, weights repacked for it; the device must offer subgroupShuffle)
+    unless a group has fewer than 4 output channels; otherwise ``convolution.comp``, one output
+    per invocation."""
 
     pad_value = Param(18, float, 0.0)
     int8_scale_term = Param(8, int, 0)
@@ -327,7 +328,8 @@ class Convolution(ConvParams):
 
     def _tiled(self, info: GpuInfo) -> bool:
         """Ungrouped layers, and grouped ones with enough output channels per group (not
-        depthwise ones: convolutiondepthwise.comp), on the devices the tiled shader wins on."""
+        depthwise ones: convolutiondepthwise.comp), on the devices the tiled shader wins on
+        and can run on (subgroupShuffle: :func:`_conv_shaders.tiled_convolution`)."""
         per_group = self.num_output // self.group
         fits = self.group == 1 or per_group >= _conv_shaders.TILED_FEWEST_PER_GROUP
         return fits and _conv_shaders.tiled_convolution(info)
@@ -386,7 +388,7 @@ class Convolution(ConvParams):
             grouped = shader in ("convolution", "convolution_tiled")
             constants = specs if grouped else ungrouped
             if shader == "convolution_tiled":  # its shared_weights constant (id 13)
-                constants = (*constants, int(_conv_shaders.SHARED_WEIGHTS))
+                constants = (*constants, int(_conv_shaders.shared_weights(target.info)))
             pipelines = {"conv": PipelineSpec(shader, constants, local)}
         if self._splitk(target.info):  # beside convolution.comp, its group constant last
             pipelines["conv_splitk"] = PipelineSpec(
