@@ -432,8 +432,8 @@ async def test_every_convolution_shader(
     and the output map) and the Winograd passes (3x3 kernels at stride 1 on CPU devices) all
     match the reference, whichever device runs the tests. With the tiled choice the tiled
     shader's lanes share a tap's weights by subgroupShuffle and the depthwise shader's flat
-    layout computes 8 columns an invocation (by default only for kernels of 5 and wider);
-    "tiled-plain" is each lane loading all 8 weights and 4 columns."""
+    layout computes 8 columns an invocation; "tiled-plain" is each lane loading all 8 weights
+    and 4 columns."""
     from asyncvk.layers import _conv_shaders
 
     winograd = "always" if choice == "winograd" else "never"
@@ -441,8 +441,8 @@ async def test_every_convolution_shader(
     tiled = choice.startswith("tiled")
     monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if tiled else "never")
     monkeypatch.setattr(_conv_shaders, "SHARED_WEIGHTS", choice == "tiled")
-    columns_from = 99 if choice == "tiled-plain" else 1  # 8 columns for every kernel, or none
-    monkeypatch.setattr(_conv_shaders, "DEPTHWISE_8_COLUMNS_FROM", columns_from)
+    columns = 4 if choice == "tiled-plain" else 8
+    monkeypatch.setattr(_conv_shaders, "DEPTHWISE_FLAT_COLUMNS", columns)
     monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
     gemm = choice.startswith("gemm")
     monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always" if gemm else "never")
@@ -455,10 +455,9 @@ async def test_every_convolution_shader(
     group, out_c = int(params.get("7", "1")), int(params["0"])
     pure_depthwise = group > 1 and group == out_c == case.inputs[0][0]
     three_by_three = params["1"] == "3" and "11" not in params and params.get("3", "1") == "1"
-    if pure_depthwise and tiled:  # the flat layout: blocks of 8 columns at stride 1, else 4
+    if pure_depthwise and tiled:  # the flat layout: blocks of `columns` columns
         oc, oh, ow = expected[0].shape
-        cols = 8 if choice == "tiled" and params.get("3", "1") == "1" else 4
-        flat = (math.ceil(math.ceil(ow / cols) * oh / _conv_shaders.TILED_LOCAL[0]), 1, oc)
+        flat = (math.ceil(math.ceil(ow / columns) * oh / _conv_shaders.TILED_LOCAL[0]), 1, oc)
         assert [d.groups for d in dispatches] == [flat]
     if pure_depthwise:
         want = "convolutiondepthwise"
@@ -713,9 +712,9 @@ def test_the_tiled_convolution_needs_shuffles_and_shares_weights_in_8_lanes(
     assert conv.shader(narrow)[0] == "convolution_tiled" and shared(narrow) == 0
 
 
-def test_wide_depthwise_kernels_take_8_columns_on_cpu_devices(device: VulkanDevice) -> None:
-    """convolutiondepthwise.comp's flat layout (CPU devices) computes 8 columns an invocation
-    for kernels of 5 and wider at stride 1, 4 otherwise; GPUs' layout always 4."""
+def test_depthwise_layers_take_8_columns_on_cpu_devices(device: VulkanDevice) -> None:
+    """convolutiondepthwise.comp's flat layout (CPU devices) computes 8 columns an invocation,
+    GPUs' layout 4; the column count is its specialization constant 12 (0: GPUs' layout)."""
     import dataclasses
 
     from asyncvk.layers import convolution
@@ -734,9 +733,8 @@ def test_wide_depthwise_kernels_take_8_columns_on_cpu_devices(device: VulkanDevi
 
     cpu = dataclasses.replace(device.info, device_type=4)
     gpu = dataclasses.replace(device.info, device_type=2)
-    assert columns(5, 1, cpu) == columns(7, 1, cpu) == 8
-    assert columns(3, 1, cpu) == columns(5, 2, cpu) == 4
-    assert columns(5, 1, gpu) == 4
+    assert columns(3, 1, cpu) == columns(5, 2, cpu) == 8
+    assert columns(3, 1, gpu) == columns(5, 1, gpu) == 4
 
 
 def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -> None:

@@ -43,11 +43,11 @@ TILED_SHADER = "cpu"
 #: (spec constant 13) instead of each loading all 8 of a tap, where the subgroups allow it
 #: (shared_weights). Measured 2026-11-27 on lavapipe: mobilenet 0.845x, mobilenet_v3 0.936x.
 SHARED_WEIGHTS = True
-#: The kernel width from which convolutiondepthwise.comp's flat layout (CPU devices) computes 8
-#: output columns an invocation instead of 4, at stride 1 (GPUs keep 4). Measured 2026-11-27
-#: on lavapipe, each model's layers by kind, 8 against 4: 5x5 stride 1 0.67x, 0.68x, 1.00x
-#: (efficientnet_b0, mobilenet_v3, mnasnet); 5x5 stride 2 0.90x, 0.90x, 1.36x; 3x3 0.86-1.24x.
-DEPTHWISE_8_COLUMNS_FROM = 5
+#: Output columns an invocation of convolutiondepthwise.comp computes in its flat layout (CPU
+#: devices; GPUs' layout keeps 4): 4 or 8. Measured 2026-11-27 on lavapipe, each model's layers
+#: by kind, 8 against 4: 3x3 stride 1 0.74-0.86x, stride 2 0.83-0.92x; 5x5 stride 1 0.50-0.52x,
+#: stride 2 0.57-0.85x (mobilenet_v2, efficientnet_b0, mnasnet, mobilenet_v3).
+DEPTHWISE_FLAT_COLUMNS = 8
 TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
 TILE_OX = 8  # output columns per invocation in convolution_tiled.comp
 DECONV_TILE_OX = 4  # output columns (of one stride phase) per invocation in deconvolution_tiled

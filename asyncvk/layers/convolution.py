@@ -557,6 +557,6 @@ class ConvolutionDepthWise(Convolution):
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         one_input_per_group = self.weight_data_size == self.num_output * self.maxk
         if self.group > 1 and self.num_output == self.group and one_input_per_group:
-            wide = self.kernel_w >= _conv_shaders.DEPTHWISE_8_COLUMNS_FROM and self.stride_w == 1
-            return ("convolutiondepthwise", 8 if wide and self._flat_columns(info) else 4, 1)
+            flat = self._flat_columns(info)
+            return ("convolutiondepthwise", _conv_shaders.DEPTHWISE_FLAT_COLUMNS if flat else 4, 1)
         return super().shader(info)
