@@ -13,7 +13,8 @@
 // [kernel_h * kernel_w][8] (each group's channels zero-padded to 8). The 8 lanes of a workgroup
 // share a channel block, so each loads one of a tap's 8 weights and subgroupShuffle hands them
 // round (tap_weights): mobilenet 0.85x, mobilenet_v3 0.94x on lavapipe (paired runs).
-// Needs subgroups of at least 8 lanes with shuffles (the layer checks).
+// Needs subgroupShuffle; the host turns the sharing off (shared_weights = 0) where a subgroup
+// may hold fewer than the workgroup's 8 lanes (_conv_shaders.shared_weights).
 // Groups (shufflenet's grouped 1x1 layers) ran convolution.comp, one output per invocation:
 // 20-24 ms a layer on lavapipe.
 // x = the 8-column block, row-major over the output map (x = row * blocks per row + block),
