@@ -41,7 +41,7 @@ async def paired(
     in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
     nets: list[Net] = []
-    profilers: dict[int, ProfilingExtractor] = {}
+    profilers: dict[int, ProfilingExtractor] = {}  # by the Net's index
     try:
         for value in values:
             setattr(module, attr, value)
@@ -52,32 +52,32 @@ async def paired(
             await net.load_model(d / "model.bin")
             await net.background_builds()
 
-        async def once(net: Net) -> tuple[float, np.ndarray]:
-            setattr(module, attr, values[nets.index(net)])  # as when its pipelines were chosen
+        async def once(i: int) -> tuple[float, np.ndarray]:
+            setattr(module, attr, values[i])  # as when Net i's pipelines were chosen
             if layer_types:  # the device ms of those layers' dispatches
-                if id(net) not in profilers:
-                    profilers[id(net)] = await ProfilingExtractor(net).__aenter__()
-                profiler = profilers[id(net)]
+                if i not in profilers:
+                    profilers[i] = await ProfilingExtractor(nets[i]).__aenter__()
+                profiler = profilers[i]
                 profiler.input(in_name, x)
                 out = await profiler.extract(out_name)
                 assert profiler.profile is not None
                 dispatches = profiler.profile.dispatches
                 return sum(t.gpu_ms for t in dispatches if t.layer_type in layer_types), out
             start = time.perf_counter()
-            ex = net.create_extractor()
+            ex = nets[i].create_extractor()
             ex.input(in_name, x)
             out = await ex.extract(out_name)
             return (time.perf_counter() - start) * 1e3, out
 
-        for net in nets:  # plans recorded, first dispatches done
-            await once(net)
-            await once(net)
+        for i in range(len(nets)):  # plans recorded, first dispatches done
+            await once(i)
+            await once(i)
         times: list[list[float]] = [[] for _ in nets]
         outputs: list[np.ndarray] = [np.zeros(0)] * len(nets)
         for r in range(pairs):
             order = range(len(nets)) if r % 2 == 0 else reversed(range(len(nets)))
             for i in order:
-                ms, outputs[i] = await once(nets[i])
+                ms, outputs[i] = await once(i)
                 times[i].append(ms)
     finally:
         for profiler in profilers.values():

@@ -18,7 +18,8 @@ _SUBGROUP_BASIC_AND_SHUFFLE = 0x1 | 0x10  # VK_SUBGROUP_FEATURE_BASIC_BIT | SHUF
 
 def has_subgroup_shuffles(info: GpuInfo) -> bool:
     """Whether compute shaders on ``info``'s device may use subgroupShuffle: the CPU-device
-    GEMM (gemm_tiled.comp) hands values between lanes with it (llvmpipe: one vpermd)."""
+    GEMM (gemm_tiled.comp) and tiled convolution (convolution_tiled.comp) hand values between
+    lanes with it (llvmpipe: one vpermd)."""
     wanted = _SUBGROUP_BASIC_AND_SHUFFLE
     return info.subgroup_operations & wanted == wanted
 

@@ -374,15 +374,14 @@ class Convolution(ConvParams):
         return ("convolution", 1, 1)
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
-        shader = self.shader(target.info)[0]
+        shader, columns, _ = self.shader(target.info)
         pad = _int8.pad_value(self.pad_value) if self.int8_requested else self.pad_value
         specs = (*self.gpu_specs(), pad)
         ungrouped = specs[:6] + specs[7:]  # the shaders without the group constant (id 6)
         if shader == "convolutiondepthwise":  # its flat_columns constant (id 12)
             flat = self._flat_columns(target.info)
             local = _conv_shaders.TILED_LOCAL if flat else _LOCAL_2D
-            columns = self.shader(target.info)[1] if flat else 0
-            pipelines = {"conv": PipelineSpec(shader, (*ungrouped, columns), local)}
+            pipelines = {"conv": PipelineSpec(shader, (*ungrouped, columns if flat else 0), local)}
         else:
             local = _conv_shaders.TILED_LOCAL if shader == "convolution_tiled" else _LOCAL_2D
             grouped = shader in ("convolution", "convolution_tiled")
