@@ -1,9 +1,14 @@
-"""Only here for what pyproject.toml cannot express: ``cffi_modules``, and shipping the
-top-level ``shaders/`` folder inside the wheel as ``asyncvk/shaders``."""
+"""Only here for what pyproject.toml cannot express: ``cffi_modules``, shipping the
+top-level ``shaders/`` folder inside the wheel as ``asyncvk/shaders``, and compiling every
+builtin shader to SPIR-V once the compiler's extension is built (``shader/_packaged``)."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 
@@ -16,10 +21,31 @@ class BuildPyWithShaders(build_py):
             (target / source.name).write_bytes(source.read_bytes())
 
 
+class BuildExtWithSpirv(build_ext):
+    """After the extensions, the packaged SPIR-V folder, beside the compiler's extension (in the
+    checkout for an editable install). A failure costs only speed: shaders then compile at
+    their first use, so it warns and the install goes on."""
+
+    def run(self) -> None:
+        super().run()
+        extension = Path(self.get_ext_fullpath("asyncvk.shader._shaderc_cffi")).resolve()
+        root = extension.parents[2]  # the folder holding asyncvk/
+        folder = extension.parent / "packaged_spirv"
+        env = dict(os.environ, PYTHONPATH=str(root))
+        command = [sys.executable, "-m", "asyncvk.shader._packaged_build", str(folder)]
+        done = subprocess.run(command, cwd=root, env=env, check=False)
+        if done.returncode != 0:
+            print(
+                "warning: asyncvk's packaged SPIR-V was not built; shaders will compile at "
+                "their first use",
+                file=sys.stderr,
+            )
+
+
 setup(
     cffi_modules=[
         "asyncvk/shader/_shaderc_build.py:ffibuilder",
         "asyncvk/layers/_detect_build.py:ffibuilder",
     ],
-    cmdclass={"build_py": BuildPyWithShaders},
+    cmdclass={"build_py": BuildPyWithShaders, "build_ext": BuildExtWithSpirv},
 )

@@ -146,7 +146,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(
             f"load_model    {report['load_model_s'] * 1000:9.1f} ms  "
             f"({report['pipelines_created']} pipelines created, "
-            f"{report['spirv_compiled']} shaders compiled)"
+            f"{report['spirv_compiled']} shaders compiled, "
+            f"{report['spirv_packaged']} from the package)"
         )
         print(f"inference     {report['infer_s'] * 1000:9.1f} ms")
         rss, device = report["peak_host_rss_bytes"], report["device_memory_reserved_bytes"]
@@ -266,7 +267,8 @@ def cmd_cache_warm(args: argparse.Namespace) -> int:
     def text() -> None:
         print(
             f"built {report['pipelines_created']} pipelines "
-            f"({report['spirv_compiled']} shaders compiled) in "
+            f"({report['spirv_compiled']} shaders compiled, "
+            f"{report['spirv_packaged']} from the package) in "
             f"{report['load_model_s'] * 1000:.1f} ms; saved: {report.get('cache_saved')}"
         )
 

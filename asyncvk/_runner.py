@@ -183,6 +183,7 @@ def cache_counters(opened: OpenNet) -> dict[str, Any]:
         out.update(
             pipelines_created=s.pipelines_created,
             spirv_compiled=s.spirv_compiles,
+            spirv_packaged=s.spirv_packaged,
             spirv_cache_hits=s.spirv_hits,
             live_hits=s.live_hits,
             glsl_s=round(s.glsl_seconds, 4),
@@ -190,17 +191,19 @@ def cache_counters(opened: OpenNet) -> dict[str, Any]:
             driver_cache_hits=s.driver_cache_hits,
         )
     else:
-        out.update(pipelines_created=0, spirv_compiled=0, spirv_cache_hits=0)
+        out.update(pipelines_created=0, spirv_compiled=0, spirv_packaged=0, spirv_cache_hits=0)
     return out
 
 
 def built_nothing_new(cache: PipelineCache) -> bool:
-    """True when every pipeline came from what the loaded file held: no shader compiled, no
-    driver cache miss, nothing dropped. Saving would write the same file again."""
+    """True when every pipeline came from what the loaded file held: no shader compiled or
+    taken from the package, no driver cache miss, nothing dropped. Saving would write the same
+    file again."""
     s = cache.statistics()
     return (
         cache.driver_blob_loaded
         and s.spirv_compiles == 0
+        and s.spirv_packaged == 0
         and s.driver_cache_misses == 0
         and s.driver_cache_hits == s.pipelines_created
         and s.spirv_rejected == 0

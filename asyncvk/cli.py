@@ -67,9 +67,14 @@ def _prepare_compiler(args: argparse.Namespace) -> None:
 
 
 def _will_compile(args: argparse.Namespace) -> bool:
-    """Whether the command may compile GLSL: no cache file to load (a cache folder may or may
-    not hold this model), or ``cache warm``, which compiles. With a remote cache the set-up
-    thread asks the store first (``set_up_early``)."""
+    """Whether the command may compile GLSL: not when the install's SPIR-V folder holds every
+    shader; else with no cache file to load (a cache folder may or may not hold this model),
+    or for ``cache warm``. With a remote cache the set-up thread asks the store first
+    (``set_up_early``)."""
+    from .shader._packaged import packaged_complete
+
+    if packaged_complete():
+        return False
     cache = getattr(args, "cache", None)
     return args.func is cmd_cache_warm or cache is None or not os.path.exists(cache)
 

@@ -49,6 +49,9 @@ class CacheCore:
         max_workers: threads that compile GLSL and create pipelines (default: CPU count).
         read_only: never write a cache file (``save_cache`` to a path does nothing).
         must_hit: raise CacheMissError instead of compiling GLSL cold.
+        packaged_spirv: take a shader's SPIR-V from the package's folder, built at install,
+            before compiling it (``shader/_packaged``; ``ASYNCVK_PACKAGED_SPIRV=0`` turns it off
+            for the whole process).
     """
 
     def __init__(
@@ -59,12 +62,14 @@ class CacheCore:
         read_only: bool = False,
         must_hit: bool = False,
         registry: ShaderRegistry | None = None,
+        packaged_spirv: bool = True,
     ) -> None:
         self.device = device or get_gpu_device()
         self.max_workers = max_workers or os.cpu_count() or 1
         self.read_only = read_only
         self.must_hit = must_hit
         self.registry = registry or builtin_shaders()
+        self.use_packaged = packaged_spirv
         self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="asyncvk-pipeline")
         self._lock = threading.Lock()
         self._entries: dict[bytes, PipelineArtifact] = {}

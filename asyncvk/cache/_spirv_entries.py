@@ -1,5 +1,6 @@
 """SPIR-V entries: compiled once per (shader, option bits, source hash, device macros), adopted
-from cache files and checked against the shader's declared interface before their first use."""
+from cache files or the package's SPIR-V folder, and checked against the shader's declared
+interface before their first use."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 from .._errors import CacheMissError, SpirvError
 from ..shader._interface import declared_interface, interface_mismatch
-from ..shader._options import ShaderOptions, option_prelude, splice_prelude
+from ..shader._options import ShaderOptions, compilable_source
 from ..shader._reflect import ShaderInfo, reflect_spirv
 from ._cache_core import CacheCore, log
 from ._keys import SpirvKey, split_by_macros
@@ -39,6 +40,9 @@ class SpirvEntries(CacheCore):
             return spirv, info
 
         def build() -> tuple[bytes, ShaderInfo]:
+            packaged = self._adopt_packaged(key, options)
+            if packaged is not None:
+                return packaged
             if self.must_hit:
                 raise CacheMissError(
                     f"must-hit: shader {shader!r} (option bits {options.bits}) is not in the "
@@ -47,8 +51,7 @@ class SpirvEntries(CacheCore):
             # here: a load that compiles nothing (warm) never imports the compiler's binding
             from ..shader._compiler import TargetEnv, compile_glsl
 
-            source = self.registry.get(shader)
-            text = splice_prelude(source.source, option_prelude(options))
+            text = compilable_source(self.registry.get(shader).source, options)
             start = time.perf_counter()
             spirv = compile_glsl(
                 text, f"{shader}.comp", defines=self._macros, target_env=TargetEnv.VULKAN_1_1
@@ -79,24 +82,64 @@ class SpirvEntries(CacheCore):
             self._spirv_flight.produce(key, future, build)
         return future.result()
 
-    def _check_adopted(self, key: SpirvKey, spirv: bytes) -> ShaderInfo | str:
-        """Reflect an adopted entry and check it against its shader's declared interface.
+    def _adopt_packaged(
+        self, key: SpirvKey, options: ShaderOptions
+    ) -> tuple[bytes, ShaderInfo] | None:
+        """The package's SPIR-V for ``key``, checked as a cache file's would be; None when there
+        is none, or it failed a check or a pipeline's creation here (the caller compiles)."""
+        if not self.use_packaged:
+            return None
+        from ..shader._packaged import read_packaged
 
-        Returns its ShaderInfo, or why it was dropped (the caller then compiles). Holds _lock.
-        """
+        spirv = read_packaged(key.shader, options, self.registry.get(key.shader).source)
+        if spirv is None:
+            return None
+        with self._lock:
+            if (key, spirv) in self._rejected_spirv:
+                return None
+            checked = self._checked(key, spirv)
+            if isinstance(checked, str):
+                self._rejected_spirv.add((key, spirv))
+                self._stats["spirv_rejected"] += 1
+                log.warning(
+                    "packaged SPIR-V of shader %r [option bits 0x%x] rejected, compiling it "
+                    "from source: %s",
+                    key.shader,
+                    key.option_bits,
+                    checked,
+                )
+                return None
+            self._spirv[key] = spirv
+            self._spirv_info[key] = checked
+            self.generation += 1
+            self._stats["spirv_packaged"] += 1
+        return spirv, checked
+
+    def _checked(self, key: SpirvKey, spirv: bytes) -> ShaderInfo | str:
+        """Reflect SPIR-V from outside this process's compiler and check it against its
+        shader's declared interface: its ShaderInfo, or what is wrong with it."""
         try:
             info = reflect_spirv(spirv)
         except SpirvError as exc:
-            problem = str(exc)
+            return str(exc)
+        mismatch = interface_mismatch(
+            info, declared_interface(self.registry.get(key.shader).source)
+        )
+        if mismatch is not None:
+            return f"not the shader its key names: {mismatch}"
+        return info
+
+    def _check_adopted(self, key: SpirvKey, spirv: bytes) -> ShaderInfo | str:
+        """Check an adopted entry (:meth:`_checked`) and drop it when it fails.
+
+        Returns its ShaderInfo, or why it was dropped (the caller then compiles). Holds _lock.
+        """
+        checked = self._checked(key, spirv)
+        if isinstance(checked, str):
+            self._drop_spirv_locked(key, spirv, checked)
         else:
-            declared = declared_interface(self.registry.get(key.shader).source)
-            mismatch = interface_mismatch(info, declared)
-            if mismatch is None:
-                self._spirv_info[key] = info
-                return info
-            problem = f"not the shader its key names: {mismatch}"
-        self._drop_spirv_locked(key, spirv, problem)
-        return problem
+            self._spirv_info[key] = checked
+        return checked
 
     def _drop_spirv_locked(self, key: SpirvKey, spirv: bytes, reason: str) -> None:
         """Forget a bad cached body, so nothing uses or saves it again. Holds ``_lock``."""

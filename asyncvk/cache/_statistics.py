@@ -14,6 +14,8 @@ class CacheStatistics:
     inflight_joins: int = 0
     spirv_compiles: int = 0
     spirv_hits: int = 0
+    #: SPIR-V taken from the package's folder (built at install) instead of compiled.
+    spirv_packaged: int = 0
     pipelines_created: int = 0
     glsl_seconds: float = 0.0
     create_seconds: float = 0.0

@@ -222,6 +222,10 @@ class Net:
         cache = self.opt.pipeline_cache
         if cache is not None and cache.statistics().spirv_entries:
             return  # warm from a cache file: nothing to compile, most likely
+        from ..shader._packaged import packaged_complete
+
+        if packaged_complete() and (cache is None or cache.use_packaged):
+            return  # the install compiled every shader
         # only a load that may compile needs it; with a remote cache, only if it is down
         from ..cache._early_setup import prepare_compiler_unless_served
 

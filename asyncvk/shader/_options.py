@@ -121,16 +121,32 @@ def option_prelude(options: ShaderOptions) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The macros :func:`device_macros` defines: a shader that names none is the same on every device.
+DEVICE_MACRO_NAMES = (
+    "AVK_VENDOR_ID",
+    "AVK_DEVICE_TYPE",
+    "AVK_SUBGROUP_SIZE",
+    "AVK_MAX_WORKGROUP_INVOCATIONS",
+    "AVK_MAX_SHARED_MEMORY",
+)
+
+
 def device_macros(info: DeviceFacts) -> dict[str, str]:
     """Device facts a shader may test with ``#if``; all of them go into the SPIR-V key."""
     limits = info.limits
-    return {
-        "AVK_VENDOR_ID": str(info.vendor_id),
-        "AVK_DEVICE_TYPE": str(info.device_type),
-        "AVK_SUBGROUP_SIZE": str(info.subgroup_size),
-        "AVK_MAX_WORKGROUP_INVOCATIONS": str(limits.max_compute_workgroup_invocations),
-        "AVK_MAX_SHARED_MEMORY": str(limits.max_compute_shared_memory_size),
-    }
+    values = (
+        info.vendor_id,
+        info.device_type,
+        info.subgroup_size,
+        limits.max_compute_workgroup_invocations,
+        limits.max_compute_shared_memory_size,
+    )
+    return {name: str(value) for name, value in zip(DEVICE_MACRO_NAMES, values, strict=True)}
+
+
+def compilable_source(source: str, options: ShaderOptions) -> str:
+    """The text a builtin shader compiles from under ``options``: at a load and at install."""
+    return splice_prelude(source, option_prelude(options))
 
 
 def macro_hash(macros: dict[str, str]) -> int:

@@ -1,0 +1,83 @@
+"""Build the packaged SPIR-V folder that ``_packaged`` reads: every builtin shader and shape
+variant, for every option-bit combination a Net asks for.
+
+setup.py's ``build_ext`` runs it once the compiler's extension is built (``python -m
+asyncvk.shader._packaged_build FOLDER``); in a checkout, run it after editing a shader or the
+option prelude, or the edited shaders compile at their first use (never a stale body: the file
+names hash the text compiled). About 300 compiles: 3-4 s on one core.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .._errors import ShaderCompileError
+from ._options import ShaderOptions, compilable_source
+from ._packaged import MANIFEST, PACKAGED_DIR, PACKAGED_OPTION_BITS, file_name, uses_device_macros
+from ._registry import ShaderRegistry
+
+
+def packaged_jobs(registry: ShaderRegistry) -> list[tuple[str, ShaderOptions]]:
+    """Every (shader, options) the folder holds: shape variants included, device-macro
+    shaders left out."""
+    names = list(registry.names())
+    names += [v for name in registry.names() if (v := registry.shape_variant(name)) is not None]
+    return [
+        (name, ShaderOptions(use_fp16_storage=bool(bits & 1), use_fp16_arithmetic=bool(bits & 2)))
+        for bits in PACKAGED_OPTION_BITS
+        for name in names
+        if not uses_device_macros(registry.get(name).source)
+    ]
+
+
+def build_packaged(directory: Path = PACKAGED_DIR, registry: ShaderRegistry | None = None) -> int:
+    """Compile into a staging folder, then put it in ``directory``'s place; returns the number
+    of files. A shader that fails to compile is left out (its first use reports the error)."""
+    from ._compiler import TargetEnv, compile_glsl
+
+    registry = registry or ShaderRegistry()
+    jobs = packaged_jobs(registry)
+    staging = directory.with_name(f"{directory.name}.building-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+
+    def compile_one(job: tuple[str, ShaderOptions]) -> bool:
+        name, options = job
+        source = registry.get(name).source
+        try:
+            spirv = compile_glsl(
+                compilable_source(source, options),
+                f"{name}.comp",
+                target_env=TargetEnv.VULKAN_1_1,
+            )
+        except ShaderCompileError as exc:
+            print(f"asyncvk: packaged SPIR-V: {name} [bits {options.bits}] left out: {exc}")
+            return False
+        (staging / file_name(name, options, source)).write_bytes(spirv)
+        return True
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        built = sum(pool.map(compile_one, jobs))
+    (staging / MANIFEST).write_text(f"{built}\n", encoding="ascii")
+    retired = directory.with_name(f"{directory.name}.old-{os.getpid()}")
+    if directory.exists():
+        directory.rename(retired)
+    staging.rename(directory)
+    shutil.rmtree(retired, ignore_errors=True)
+    return built
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    directory = Path(args[0]) if args else PACKAGED_DIR
+    built = build_packaged(directory)
+    print(f"asyncvk: packaged SPIR-V: {built} shaders compiled into {directory}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
