@@ -1,7 +1,8 @@
 """Process start to first output, asyncvk's command line against the ``ncnn`` wheel, one run.
 
     python benchmarks/cold_start.py [--models squeezenet,rrdb] [--suite DIR] [--runs 5]
-                                    [--variant NAME=SOURCE_ROOT ...] [--out FILE.json]
+                                    [--variant NAME=SOURCE_ROOT ...]
+                                    [--variant-env NAME:VAR=VALUE ...] [--out FILE.json]
 
 The user's clock: each sample is a fresh process started by this script, timed from just before
 it is spawned. The child notes ``time.monotonic()`` (one system-wide clock) the moment its first
@@ -20,7 +21,9 @@ beside it, with the in-process split.
 Models: ``tests/models`` (``--models``) and, with ``--suite DIR``, the folders that
 ``benchmarks/suite_models.py`` made (ncnn's benchmark models with generated weights). Each
 ``--variant`` is a source root holding an ``asyncvk`` package (default: this checkout); several
-compare versions in one run. Medians over ``--runs``; driver disk caches are off
+compare versions in one run; ``--variant-env`` sets an environment variable for one variant's
+processes (``--variant compiled=. --variant-env compiled:ASYNCVK_PACKAGED_SPIRV=0``: the same
+code with the install's SPIR-V off). Medians over ``--runs``; driver disk caches are off
 (MESA_SHADER_CACHE_DISABLE, __GL_SHADER_DISK_CACHE=0).
 """
 
@@ -70,6 +73,14 @@ SPLIT = (
     "cache_save_s",
     "load_and_infer_s",
 )
+#: asyncvk report fields kept as they are (the last sample's)
+SAMPLE_COUNTS = (
+    "cache_loaded",
+    "cache_saved",
+    "pipelines_created",
+    "spirv_compiled",
+    "spirv_packaged",
+)
 CLOCK_MARKS = ("main", "compiler_ready", "imports_done", "device_opened", "first_output", "exit")
 
 
@@ -100,7 +111,7 @@ def _spawn(argv: list[str], env: dict[str, str], timeout: float) -> dict[str, An
     for key in (*SPLIT, "import_s"):
         if isinstance(report.get(key), (int, float)) and not isinstance(report[key], bool):
             sample[key] = report[key]
-    for key in ("cache_loaded", "cache_saved", "pipelines_created", "spirv_compiled"):
+    for key in SAMPLE_COUNTS:
         if key in report:
             sample[key] = report[key]
     if "outputs" in report:
@@ -116,7 +127,7 @@ def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
     for key in keys:
         values = [s[key] for s in samples if key in s]
         row[key] = round(statistics.median(values), 4)
-    for key in ("cache_loaded", "cache_saved", "pipelines_created", "spirv_compiled"):
+    for key in SAMPLE_COUNTS:
         if any(key in s for s in samples):
             row[key] = [s.get(key) for s in samples][-1]
     if "first_output_s" in row:
@@ -136,6 +147,7 @@ def measure(
     variants: dict[str, Path],
     timeout: float,
     python: str = sys.executable,
+    variant_env: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     meta = json.loads((folder / "meta.json").read_text())
     param, model, inp = (str(folder / f) for f in ("model.param", "model.bin", "input.npy"))
@@ -158,6 +170,7 @@ def measure(
             env = dict(
                 base_env,
                 PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+                **(variant_env or {}).get(name, {}),
             )
             with tempfile.TemporaryDirectory() as tmp:
                 argv = [
@@ -186,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite-models", default="", help="comma-separated (default: all)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=SOURCE_ROOT")
+    parser.add_argument("--variant-env", action="append", default=[], metavar="NAME:VAR=VALUE")
     parser.add_argument("--no-ncnn", action="store_true")
     parser.add_argument(
         "--python", default=sys.executable, help="the children's interpreter (default: this one)"
@@ -199,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
         for spec in args.variant:
             name, _, root = spec.partition("=")
             variants[name] = Path(root).resolve()
+    variant_env: dict[str, dict[str, str]] = {}
+    for spec in args.variant_env:
+        name, _, setting = spec.partition(":")
+        var, _, value = setting.partition("=")
+        if name not in variants or not var:
+            parser.error(f"--variant-env {spec!r}: NAME:VAR=VALUE for a --variant NAME")
+        variant_env.setdefault(name, {})[var] = value
     try:
         import ncnn  # noqa: F401
 
@@ -224,10 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         "runs": args.runs,
         "ncnn": have_ncnn,
         "variants": {k: str(v) for k, v in variants.items()},
+        "variant_env": variant_env,
         "models": [],
     }
     for folder in folders:
-        row = measure(folder, args.runs, have_ncnn, variants, args.timeout, args.python)
+        row = measure(
+            folder, args.runs, have_ncnn, variants, args.timeout, args.python, variant_env
+        )
         report["models"].append(row)
         print(json.dumps(_brief(row)), file=sys.stderr, flush=True)
         if args.out:  # what is done so far survives a run cut short

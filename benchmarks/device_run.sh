@@ -24,6 +24,8 @@ python3 -m compileall -q -j 0 "$(python3 -c 'import numpy, os; print(os.path.dir
 export __GL_SHADER_DISK_CACHE=0 MESA_SHADER_CACHE_DISABLE=true PYTHONUNBUFFERED=1
 ASYNCVK_SHADERC_PREFIX=$PWD/.shaderc python3 asyncvk/shader/_shaderc_build.py >"$OUT/build.log" 2>&1 \
   || { tail -20 "$OUT/build.log"; exit 1; }
+# what the install does after the extension: every builtin shader compiled (shader/_packaged)
+python3 -m asyncvk.shader._packaged_build >>"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 # the detection layers' host loops: gcc and the Python headers only
 python3 asyncvk/layers/_detect_build.py >>"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
 env | grep -E '^PYTHON' || true
