@@ -31,7 +31,9 @@ class BuildExtWithSpirv(build_ext):
         extension = Path(self.get_ext_fullpath("asyncvk.shader._shaderc_cffi")).resolve()
         root = extension.parents[2]  # the folder holding asyncvk/
         folder = extension.parent / "packaged_spirv"
-        env = dict(os.environ, PYTHONPATH=str(root))
+        # prepended: pip's isolated build puts its environment (cffi's backend) on PYTHONPATH
+        path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+        env = dict(os.environ, PYTHONPATH=path)
         command = [sys.executable, "-m", "asyncvk.shader._packaged_build", str(folder)]
         done = subprocess.run(command, cwd=root, env=env, check=False)
         if done.returncode != 0:
