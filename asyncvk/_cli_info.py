@@ -10,10 +10,12 @@ from ._cli_report import print_report
 
 def cmd_info(args: argparse.Namespace) -> int:
     from .gpu import get_default_gpu_index, get_gpu_count, get_gpu_info
+    from .shader._packaged import packaged_state
 
     count = get_gpu_count()
     devices = [get_gpu_info(i).as_dict() for i in range(count)]
     default = get_default_gpu_index() if count else None
+    packaged = packaged_state()
 
     def text() -> None:
         if not devices:
@@ -33,8 +35,14 @@ def cmd_info(args: argparse.Namespace) -> int:
             )
             flags = [k for k, v in d["quirks"].items() if v is True]
             print(f"      quirks  {', '.join(flags) or 'none'}")
+        built = packaged["shaders"]
+        state = "not built" if built is None else f"{built} shaders"
+        if not packaged["enabled"]:
+            state += ", off (ASYNCVK_PACKAGED_SPIRV)"
+        print(f"packaged SPIR-V  {state}  {packaged['folder']}")
 
-    print_report(args, {"default_device": default, "devices": devices}, text)
+    report = {"default_device": default, "devices": devices, "packaged_spirv": packaged}
+    print_report(args, report, text)
     return 0 if devices or args.json else 1
 
 

@@ -271,3 +271,20 @@ def test_a_rebuild_replaces_the_folder_whole(tmp_path: Path) -> None:
     assert "stale.0.0000000000000000.spv" not in files
     assert len(files) == built + 1 and _packaged.MANIFEST in files
     assert sorted(p.name for p in tmp_path.iterdir()) == ["packaged_spirv", "shaders"]
+
+
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_asyncvk_info_reports_the_folder(switch: str) -> None:
+    env = dict(os.environ, **{_packaged.ENV_SWITCH: switch})
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncvk", "info", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env=env,
+    )
+    state = json.loads(out.stdout)["packaged_spirv"]
+    assert state["folder"] == str(_packaged.PACKAGED_DIR)
+    assert state["shaders"] == len(packaged_jobs(ShaderRegistry()))
+    assert state["enabled"] is (switch == "1")

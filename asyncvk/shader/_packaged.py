@@ -54,6 +54,17 @@ def packaged_complete(directory: Path | None = None) -> bool:
     return packaged_enabled() and ((directory or PACKAGED_DIR) / MANIFEST).is_file()
 
 
+def packaged_state(directory: Path | None = None) -> dict[str, object]:
+    """What ``asyncvk info`` reports: the folder, whether it is on, and how many shaders the
+    install's build wrote (None: not built, or not to the end)."""
+    folder = directory or PACKAGED_DIR
+    try:
+        built: int | None = int((folder / MANIFEST).read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        built = None
+    return {"folder": str(folder), "enabled": packaged_enabled(), "shaders": built}
+
+
 def read_packaged(
     shader: str, options: ShaderOptions, source: str, directory: Path | None = None
 ) -> bytes | None:
