@@ -26,7 +26,9 @@ LEGEND = """\
   infer          the first inference, plan recording included
   first output   process start to the first result: what a user waits for
   pipelines      Vulkan compute pipelines created in this process (warm: from the cached blob)
-  GLSL           shaders compiled from GLSL to SPIR-V; 0 when warm, the cache file holds them
+  GLSL           shaders compiled from GLSL to SPIR-V in this process
+  package        shaders whose SPIR-V the install compiled (a cold run; warm, the cache file
+                 holds them; ASYNCVK_PACKAGED_SPIRV=0 compiles them instead)
 On lavapipe (Vulkan on the CPU) the network itself runs on the CPU, so infer dominates and the
 cache saves only the pipeline part; on a GPU inference takes milliseconds and the cold load is
 most of the first output's time."""
@@ -95,14 +97,15 @@ def main() -> int:
     print(f"model   {model.name}   device {rows[0][1]['device']['name']}")
     print(
         f"{'':6} {'param':>8} {'model':>9} {'infer':>9} {'first output':>13} "
-        f"{'pipelines':>10} {'GLSL':>5} {'rel. L2 vs PyTorch':>19}"
+        f"{'pipelines':>10} {'GLSL':>5} {'package':>8} {'rel. L2 vs PyTorch':>19}"
     )
     for label, r, err, _ in rows:
         first = first_output_s(r)
         print(
             f"{label:6} {r['load_param_s'] * 1e3:7.1f}ms {r['load_model_s'] * 1e3:8.1f}ms "
             f"{r['infer_s'] * 1e3:8.1f}ms {first * 1e3:12.1f}ms "
-            f"{r['pipelines_created']:>10} {r['spirv_compiled']:>5} {err:19.2e}"
+            f"{r['pipelines_created']:>10} {r['spirv_compiled']:>5} "
+            f"{r.get('spirv_packaged', 0):>8} {err:19.2e}"
         )
     print(LEGEND)
     warm = rows[1][1]
