@@ -97,7 +97,8 @@ class SpirvEntries(CacheCore):
         with self._lock:
             if (key, spirv) in self._rejected_spirv:
                 return None
-            checked = self._checked(key, spirv)
+        checked = self._checked(key, spirv)  # outside the lock: a millisecond of Python
+        with self._lock:
             if isinstance(checked, str):
                 self._rejected_spirv.add((key, spirv))
                 self._stats["spirv_rejected"] += 1
