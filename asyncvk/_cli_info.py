@@ -37,6 +37,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             print(f"      quirks  {', '.join(flags) or 'none'}")
         built = packaged["shaders"]
         state = "not built" if built is None else f"{built} shaders"
+        if built is not None and not packaged["complete"]:
+            state += " (not every shader compiled)"
         if not packaged["enabled"]:
             state += ", off (ASYNCVK_PACKAGED_SPIRV)"
         print(f"packaged SPIR-V  {state}  {packaged['folder']}")

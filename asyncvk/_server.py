@@ -171,6 +171,7 @@ async def metrics(request: web.Request) -> web.Response:
         for name, value in (
             ("pipeline_cache_live_hits", s.live_hits),
             ("spirv_compiles", s.spirv_compiles),
+            ("spirv_packaged", s.spirv_packaged),
             ("spirv_cache_hits", s.spirv_hits),
             ("pipelines_created", s.pipelines_created),
         ):

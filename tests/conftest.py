@@ -21,7 +21,7 @@ from asyncvk.gpu import (
 os.environ.setdefault("MESA_SHADER_CACHE_DISABLE", "true")
 # The tests of compiling, counting compiles and caching compiled SPIR-V need shaders to compile:
 # the install's SPIR-V folder is off here, and on in tests/test_packaged_spirv.py.
-os.environ.setdefault("ASYNCVK_PACKAGED_SPIRV", "0")
+os.environ["ASYNCVK_PACKAGED_SPIRV"] = "0"
 
 needs_vulkan = pytest.mark.skipif(get_gpu_count() == 0, reason="no Vulkan device")
 

@@ -21,12 +21,15 @@ from pipeline_requests import build_one
 from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.gpu import CommandRecorder, VulkanDevice
 from asyncvk.shader import ShaderOptions, ShaderRegistry, _packaged
-from asyncvk.shader._compiler import TargetEnv, compile_glsl
-from asyncvk.shader._options import compilable_source, device_macros
+from asyncvk.shader._compiler import compile_builtin
+from asyncvk.shader._options import device_macros
 from asyncvk.shader._packaged_build import build_packaged, packaged_jobs
 
 MODELS = Path(__file__).parent / "models"
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
+#: What a test that reads the install's folder says when it is missing or stale: in a checkout,
+#: a shader edited since the install compiles at its first use, and these tests fail.
+REBUILD = "rebuild it: python -m asyncvk.shader._packaged_build (tools/install.sh does)"
 
 
 @pytest.fixture
@@ -72,20 +75,18 @@ def _scale_add(cache: PipelineCache, device: VulkanDevice) -> np.ndarray:
 
 def test_the_install_built_every_shader(packaged_on: None) -> None:
     """tools/install.sh (setup.py's build_ext) wrote the folder, complete: a file for every
-    shader, shape variant and option-bit combination a Net can ask for."""
-    assert _packaged.packaged_complete(), f"{_packaged.PACKAGED_DIR} was not built by the install"
+    shader, shape variant and option-bit combination a Net can ask for, each in the manifest."""
+    assert _packaged.packaged_complete(), f"{_packaged.PACKAGED_DIR}: not built; {REBUILD}"
     registry = ShaderRegistry()
     jobs = packaged_jobs(registry)
     assert len(jobs) >= 4 * len(registry.names())
     missing = [
         f"{name} [bits {options.bits}]"
         for name, options in jobs
-        if not (
-            _packaged.PACKAGED_DIR / _packaged.file_name(name, options, registry.get(name).source)
-        ).is_file()
+        if not isinstance(_packaged.read_packaged(name, options, registry.get(name).source), bytes)
     ]
-    assert missing == []
-    assert (_packaged.PACKAGED_DIR / _packaged.MANIFEST).read_text().strip() == str(len(jobs))
+    assert missing == [], REBUILD
+    assert _packaged.packaged_state()["shaders"] == len(jobs)
 
 
 def test_every_packaged_body_is_what_this_device_would_compile(
@@ -99,19 +100,14 @@ def test_every_packaged_body_is_what_this_device_would_compile(
     def differs(job: tuple[str, ShaderOptions]) -> str | None:
         name, options = job
         source = registry.get(name).source
-        compiled = compile_glsl(
-            compilable_source(source, options),
-            f"{name}.comp",
-            defines=macros,
-            target_env=TargetEnv.VULKAN_1_1,
-        )
+        compiled = compile_builtin(name, source, options, macros)
         if _packaged.read_packaged(name, options, source) != compiled:
             return f"{name} [bits {options.bits}]"
         return None
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         different = [d for d in pool.map(differs, packaged_jobs(registry)) if d is not None]
-    assert different == []
+    assert different == [], REBUILD
 
 
 def test_a_cold_run_takes_the_package_and_never_loads_the_compiler(
@@ -209,50 +205,101 @@ def test_an_edited_shader_names_no_packaged_file(
     assert (stats.spirv_packaged, stats.spirv_compiles) == (0, 1)
 
 
-@pytest.mark.parametrize(
-    "damage",
-    ["another shader's body", "not SPIR-V", "truncated", "empty", "oversized"],
-)
-def test_a_bad_packaged_body_is_a_miss_never_a_wrong_pipeline(
+def _damage(folder: Path, damage: str) -> bytes:
+    """Replace scale_add's body as ``damage`` says; returns the new body."""
+    target = _packaged_file(folder, "scale_add")
+    body = target.read_bytes()
+    if damage == "another shader's body":
+        body = _packaged_file(folder, "copy_f32").read_bytes()
+    elif damage == "not SPIR-V":
+        body = bytes(range(256)) * 4
+    elif damage == "cut at a word":
+        body = body[: len(body) // 8 * 4]
+    elif damage == "cut inside a word":
+        body = body[: len(body) // 2 + 2]
+    elif damage == "empty":
+        body = b""
+    elif damage == "oversized":
+        body = body + bytes(_packaged.MAX_BODY_BYTES)
+    if damage == "missing":
+        target.unlink()
+        return b"none"  # the compile writes the same bytes the file held
+    target.write_bytes(body)
+    return body
+
+
+def _rewrite_manifest(folder: Path) -> None:
+    """The manifest made to match the folder's bodies again, as someone crafting it would."""
+    complete, digests = _packaged._parse_manifest(folder / _packaged.MANIFEST) or (False, {})
+    fresh = {name: _packaged.body_digest((folder / name).read_bytes()) for name in digests}
+    (folder / _packaged.MANIFEST).write_text(_packaged.manifest_text(fresh, complete), "ascii")
+
+
+def _run_rejecting(
+    device: VulkanDevice, tmp_path: Path, body: bytes, caplog: pytest.LogCaptureFixture
+) -> str:
+    """scale_add through a cache that must refuse the packaged body and compile: the output
+    is right, the body is never saved, one warning names the shader; returns the warning."""
+    with caplog.at_level(logging.WARNING, logger="asyncvk.cache"):
+        with PipelineCache(device) as cache:
+            y = _scale_add(cache, device)
+            stats = cache.statistics()
+            saved = cache.spirv_entries()
+    np.testing.assert_array_equal(y, np.arange(100, dtype=np.float32) * 2 + 0.5)
+    assert (stats.spirv_packaged, stats.spirv_compiles, stats.spirv_rejected) == (0, 1, 1)
+    assert all(spirv != body for spirv in saved.values())  # never saved with the cache
+    rejected = [r.getMessage() for r in caplog.records if "packaged SPIR-V" in r.getMessage()]
+    assert len(rejected) == 1 and "'scale_add'" in rejected[0], rejected
+    return rejected[0]
+
+
+DAMAGES = [
+    "another shader's body",
+    "not SPIR-V",
+    "cut at a word",
+    "cut inside a word",
+    "empty",
+    "oversized",
+    "missing",
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_packaged_body_fails_its_checksum(
     device: VulkanDevice,
     packaged_dir: Path,
     tmp_path: Path,
     damage: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    target = _packaged_file(packaged_dir, "scale_add")
-    body = target.read_bytes()
-    if damage == "another shader's body":
-        body = _packaged_file(packaged_dir, "copy_f32").read_bytes()
-    elif damage == "not SPIR-V":
-        body = bytes(range(256)) * 4
-    elif damage == "truncated":
-        body = body[: len(body) // 2 + 2]
-    elif damage == "empty":
-        body = b""
-    else:
-        body = body + bytes(_packaged.MAX_BODY_BYTES)
-    target.write_bytes(body)
-    with caplog.at_level(logging.WARNING, logger="asyncvk.cache"):
-        with PipelineCache(device) as cache:
-            y = _scale_add(cache, device)
-            stats = cache.statistics()
-            cache.save_cache(tmp_path / "c.vkcache")
-            saved = cache.spirv_entries()
-    np.testing.assert_array_equal(y, np.arange(100, dtype=np.float32) * 2 + 0.5)
-    assert (stats.spirv_packaged, stats.spirv_compiles) == (0, 1)
-    assert all(spirv != body for spirv in saved.values())  # never saved with the cache
-    rejected = [r.getMessage() for r in caplog.records if "packaged SPIR-V" in r.getMessage()]
-    if damage in ("another shader's body", "not SPIR-V"):
-        assert stats.spirv_rejected == 1 and len(rejected) == 1, rejected
-        assert "'scale_add'" in rejected[0]
-    else:  # not plausibly SPIR-V by its size: read as no file
-        assert stats.spirv_rejected == 0 and rejected == []
+    """A body that is not the one the install wrote (the manifest's blake2b) is refused before
+    anything parses it, and the shader compiles."""
+    body = _damage(packaged_dir, damage)
+    warning = _run_rejecting(device, tmp_path, body, caplog)
+    expected = (
+        "unreadable" if damage == "missing" else "over" if damage == "oversized" else "blake2b"
+    )
+    assert expected in warning
+
+
+@pytest.mark.parametrize("damage", ["another shader's body", "not SPIR-V", "cut at a word"])
+def test_a_crafted_packaged_body_fails_the_interface_check(
+    device: VulkanDevice,
+    packaged_dir: Path,
+    tmp_path: Path,
+    damage: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With the manifest rewritten to match, a body still has to be the shader its name
+    says: reflection and the declared interface, as for a cache file's entries."""
+    body = _damage(packaged_dir, damage)
+    _rewrite_manifest(packaged_dir)
+    _run_rejecting(device, tmp_path, body, caplog)
 
 
 def test_a_rebuild_replaces_the_folder_whole(tmp_path: Path) -> None:
     """Built in a staging folder and put in place by renames: stale files go, the manifest
-    counts what is there, and no staging folder is left behind."""
+    lists what is there, and no staging folder is left behind."""
     shaders = tmp_path / "shaders"
     shaders.mkdir()
     for path in [SHADERS / "scale_add.comp", *SHADERS.glob("*.h")]:
@@ -262,15 +309,61 @@ def test_a_rebuild_replaces_the_folder_whole(tmp_path: Path) -> None:
     (folder / "stale.0.0000000000000000.spv").write_bytes(b"\x03\x02\x23\x07" * 8)
     registry = ShaderRegistry(shaders)
     built = build_packaged(folder, registry)
-    assert (
-        built
-        == len(packaged_jobs(registry))
-        == 4 * (1 + (registry.shape_variant("scale_add") is not None))
-    )
+    variants = 1 + (registry.shape_variant("scale_add") is not None)
+    assert built == len(packaged_jobs(registry)) == 4 * variants
     files = sorted(p.name for p in folder.iterdir())
     assert "stale.0.0000000000000000.spv" not in files
     assert len(files) == built + 1 and _packaged.MANIFEST in files
+    complete, digests = _packaged._parse_manifest(folder / _packaged.MANIFEST) or (False, {})
+    assert complete and sorted(digests) == sorted(f for f in files if f.endswith(".spv"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["packaged_spirv", "shaders"]
+
+
+def test_a_build_never_replaces_a_folder_it_did_not_write(tmp_path: Path) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("the user's")
+    with pytest.raises(FileExistsError, match="not replaced"):
+        build_packaged(folder, ShaderRegistry(SHADERS))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    assert (folder / "notes.txt").read_text() == "the user's"
+
+
+def test_device_macro_shaders_are_not_packaged(tmp_path: Path, packaged_on: None) -> None:
+    """A shader whose source tests a device macro compiles per device: not built, not read, and
+    a folder missing it is not complete (a cold load sets the compiler up)."""
+    shaders = tmp_path / "shaders"
+    shaders.mkdir()
+    for path in [SHADERS / "scale_add.comp", *SHADERS.glob("*.h")]:
+        shutil.copy(path, shaders / path.name)
+    text = (SHADERS / "scale_add.comp").read_text()
+    text = text.replace("void main() {", "#if AVK_SUBGROUP_SIZE > 64\n#endif\nvoid main() {")
+    (shaders / "per_device.comp").write_text(text)
+    registry = ShaderRegistry(shaders)
+    assert {name for name, _ in packaged_jobs(registry)} == {"scale_add", "scale_add@shapes"}
+    folder = tmp_path / "packaged_spirv"
+    build_packaged(folder, registry)
+    source = registry.get("per_device").source
+    assert _packaged.read_packaged("per_device", ShaderOptions(), source, folder) is None
+    assert not (folder / _packaged.file_name("per_device", ShaderOptions(), source)).exists()
+
+
+def test_a_folder_missing_a_shader_is_not_complete(tmp_path: Path, packaged_on: None) -> None:
+    """A shader that fails to compile at install is left out; the manifest then says the folder
+    is not complete, so the CLI sets the compiler up for a cold run as before."""
+    shaders = tmp_path / "shaders"
+    shaders.mkdir()
+    for path in [SHADERS / "scale_add.comp", *SHADERS.glob("*.h")]:
+        shutil.copy(path, shaders / path.name)
+    (shaders / "broken.comp").write_text("#version 450\nvoid main() { undeclared = 1; }\n")
+    folder = tmp_path / "packaged_spirv"
+    assert build_packaged(folder, ShaderRegistry(shaders)) == 8
+    assert not _packaged.packaged_complete(folder)
+    assert _packaged.packaged_state(folder)["complete"] is False
+    shutil.rmtree(folder)
+    (shaders / "broken.comp").unlink()
+    build_packaged(folder, ShaderRegistry(shaders))
+    assert _packaged.packaged_complete(folder)
 
 
 @pytest.mark.parametrize("switch", ["1", "0"])
@@ -286,5 +379,5 @@ def test_asyncvk_info_reports_the_folder(switch: str) -> None:
     )
     state = json.loads(out.stdout)["packaged_spirv"]
     assert state["folder"] == str(_packaged.PACKAGED_DIR)
-    assert state["shaders"] == len(packaged_jobs(ShaderRegistry()))
-    assert state["enabled"] is (switch == "1")
+    assert state["shaders"] == len(packaged_jobs(ShaderRegistry())), REBUILD
+    assert state["enabled"] is (switch == "1") and state["complete"] is True

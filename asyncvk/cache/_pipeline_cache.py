@@ -37,6 +37,8 @@ class PipelineCache(PipelineRequests):
         max_workers: threads that compile GLSL and create pipelines (default: CPU count).
         read_only: never write a cache file (``save_cache`` to a path does nothing).
         must_hit: raise CacheMissError instead of compiling GLSL cold.
+        packaged_spirv: take a shader's SPIR-V from the folder the install compiled before
+            compiling it (``ASYNCVK_PACKAGED_SPIRV=0`` turns it off for the whole process).
     """
 
     # -- the cache file ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ import time
 
 from .._errors import CacheMissError, SpirvError
 from ..shader._interface import declared_interface, interface_mismatch
-from ..shader._options import ShaderOptions, compilable_source
+from ..shader._options import ShaderOptions
 from ..shader._reflect import ShaderInfo, reflect_spirv
 from ._cache_core import CacheCore, log
 from ._keys import SpirvKey, split_by_macros
@@ -49,13 +49,11 @@ class SpirvEntries(CacheCore):
                     "cache and would be compiled"
                 )
             # here: a load that compiles nothing (warm) never imports the compiler's binding
-            from ..shader._compiler import TargetEnv, compile_glsl
+            from ..shader._compiler import compile_builtin
 
-            text = compilable_source(self.registry.get(shader).source, options)
+            source = self.registry.get(shader).source
             start = time.perf_counter()
-            spirv = compile_glsl(
-                text, f"{shader}.comp", defines=self._macros, target_env=TargetEnv.VULKAN_1_1
-            )
+            spirv = compile_builtin(shader, source, options, self._macros)
             seconds = time.perf_counter() - start
             info = reflect_spirv(spirv)
             with self._lock:
@@ -91,13 +89,17 @@ class SpirvEntries(CacheCore):
             return None
         from ..shader._packaged import read_packaged
 
-        spirv = read_packaged(key.shader, options, self.registry.get(key.shader).source)
-        if spirv is None:
+        read = read_packaged(key.shader, options, self.registry.get(key.shader).source)
+        if read is None:
             return None
-        with self._lock:
-            if (key, spirv) in self._rejected_spirv:
-                return None
-        checked = self._checked(key, spirv)  # outside the lock: a millisecond of Python
+        if isinstance(read, bytes):
+            with self._lock:
+                if (key, read) in self._rejected_spirv:
+                    return None
+            checked = self._checked(key, read)  # outside the lock: a millisecond of Python
+        else:
+            checked = read
+        spirv = read if isinstance(read, bytes) else b""
         with self._lock:
             if isinstance(checked, str):
                 self._rejected_spirv.add((key, spirv))
@@ -110,6 +112,11 @@ class SpirvEntries(CacheCore):
                     checked,
                 )
                 return None
+            if (key, spirv) in self._rejected_spirv:
+                return None  # its pipeline failed on another thread meanwhile
+            present = self._spirv.get(key)
+            if present is not None and key in self._spirv_info:
+                return present, self._spirv_info[key]  # adopted from a file meanwhile
             self._spirv[key] = spirv
             self._spirv_info[key] = checked
             self.generation += 1

@@ -14,6 +14,7 @@ from enum import IntEnum
 from typing import Any
 
 from .._errors import ShaderCompileError
+from ._options import BUILTIN_OPTIMIZATION, BUILTIN_TARGET_ENV, ShaderOptions, compilable_source
 
 try:
     from . import _shaderc_cffi  # built at install time; Any to mypy (the package's __getattr__)
@@ -149,3 +150,17 @@ def compile_glsl(
         if result != _ffi.NULL:
             _lib.shaderc_result_release(result)
         _lib.shaderc_compile_options_release(options)
+
+
+def compile_builtin(
+    name: str, source: str, options: ShaderOptions, defines: Mapping[str, str] | None = None
+) -> bytes:
+    """A builtin shader's SPIR-V under ``options``: the one way a load and the install's
+    packaged folder compile it (same text, target and optimisation)."""
+    return compile_glsl(
+        compilable_source(source, options),
+        f"{name}.comp",
+        defines=defines,
+        optimization=OptimizationLevel(BUILTIN_OPTIMIZATION),
+        target_env=TargetEnv(BUILTIN_TARGET_ENV),
+    )

@@ -144,6 +144,13 @@ def device_macros(info: DeviceFacts) -> dict[str, str]:
     return {name: str(value) for name, value in zip(DEVICE_MACRO_NAMES, values, strict=True)}
 
 
+#: How every builtin shader compiles, at a load and at install: shaderc's Vulkan 1.1 target
+#: (``TargetEnv.VULKAN_1_1``), optimised for performance (``OptimizationLevel.PERFORMANCE``).
+#: The packaged files' names hash these with the text, so a change here names no old file.
+BUILTIN_TARGET_ENV = (1 << 22) | (1 << 12)
+BUILTIN_OPTIMIZATION = 2
+
+
 def compilable_source(source: str, options: ShaderOptions) -> str:
     """The text a builtin shader compiles from under ``options``: at a load and at install."""
     return splice_prelude(source, option_prelude(options))

@@ -4,7 +4,7 @@ variant, for every option-bit combination a Net asks for.
 setup.py's ``build_ext`` runs it once the compiler's extension is built (``python -m
 asyncvk.shader._packaged_build FOLDER``); in a checkout, run it after editing a shader or the
 option prelude, or the edited shaders compile at their first use (never a stale body: the file
-names hash the text compiled). About 300 compiles: 3-4 s on one core.
+names hash what is compiled). About 300 compiles: 3-4 s on one core.
 """
 
 from __future__ import annotations
@@ -16,8 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .._errors import ShaderCompileError
-from ._options import ShaderOptions, compilable_source
-from ._packaged import MANIFEST, PACKAGED_DIR, PACKAGED_OPTION_BITS, file_name, uses_device_macros
+from ._options import ShaderOptions
+from ._packaged import (
+    MANIFEST,
+    PACKAGED_DIR,
+    PACKAGED_OPTION_BITS,
+    body_digest,
+    file_name,
+    manifest_text,
+    uses_device_macros,
+)
 from ._registry import ShaderRegistry
 
 
@@ -34,47 +42,64 @@ def packaged_jobs(registry: ShaderRegistry) -> list[tuple[str, ShaderOptions]]:
     ]
 
 
+def _ours(directory: Path) -> bool:
+    """Whether a folder holds nothing but what a build writes (so replacing it loses nothing)."""
+    return all(
+        p.is_file() and (p.suffix == ".spv" or p.name == MANIFEST) for p in directory.iterdir()
+    )
+
+
 def build_packaged(directory: Path = PACKAGED_DIR, registry: ShaderRegistry | None = None) -> int:
     """Compile into a staging folder, then put it in ``directory``'s place; returns the number
-    of files. A shader that fails to compile is left out (its first use reports the error)."""
-    from ._compiler import TargetEnv, compile_glsl
+    of files. A shader that fails to compile is left out (its first use reports the error) and
+    the manifest says the folder is not complete. Refuses a ``directory`` that holds anything
+    a build does not write."""
+    from ._compiler import compile_builtin
 
+    if directory.exists() and not (directory.is_dir() and _ours(directory)):
+        raise FileExistsError(
+            f"{directory} holds files a packaged SPIR-V build does not write: not replaced"
+        )
     registry = registry or ShaderRegistry()
     jobs = packaged_jobs(registry)
     staging = directory.with_name(f"{directory.name}.building-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
 
-    def compile_one(job: tuple[str, ShaderOptions]) -> bool:
+    def compile_one(job: tuple[str, ShaderOptions]) -> tuple[str, str] | None:
         name, options = job
         source = registry.get(name).source
         try:
-            spirv = compile_glsl(
-                compilable_source(source, options),
-                f"{name}.comp",
-                target_env=TargetEnv.VULKAN_1_1,
-            )
+            spirv = compile_builtin(name, source, options)
         except ShaderCompileError as exc:
             print(f"asyncvk: packaged SPIR-V: {name} [bits {options.bits}] left out: {exc}")
-            return False
-        (staging / file_name(name, options, source)).write_bytes(spirv)
-        return True
+            return None
+        path = file_name(name, options, source)
+        (staging / path).write_bytes(spirv)
+        return path, body_digest(spirv)
 
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        built = sum(pool.map(compile_one, jobs))
-    (staging / MANIFEST).write_text(f"{built}\n", encoding="ascii")
-    retired = directory.with_name(f"{directory.name}.old-{os.getpid()}")
-    if directory.exists():
-        directory.rename(retired)
-    staging.rename(directory)
-    shutil.rmtree(retired, ignore_errors=True)
-    return built
+    try:
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            built = dict(d for d in pool.map(compile_one, jobs) if d is not None)
+        (staging / MANIFEST).write_text(manifest_text(built, len(built) == len(jobs)), "ascii")
+        retired = directory.with_name(f"{directory.name}.old-{os.getpid()}")
+        if directory.exists():
+            directory.rename(retired)
+        staging.rename(directory)
+        shutil.rmtree(retired, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return len(built)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     directory = Path(args[0]) if args else PACKAGED_DIR
-    built = build_packaged(directory)
+    try:
+        built = build_packaged(directory)
+    except FileExistsError as exc:
+        print(f"asyncvk: packaged SPIR-V: {exc}", file=sys.stderr)
+        return 2
     print(f"asyncvk: packaged SPIR-V: {built} shaders compiled into {directory}")
     return 0
 
