@@ -34,7 +34,9 @@ async def test_autosave_saves_new_work_once_per_burst(device: VulkanDevice, tmp_
         assert saver.saves == burst_saves  # nothing new since: nothing written
         await get_one(cache, PipelineSpec("unary", specializations=(3, 0.0, 0.0)))
         result = await saver.aclose()  # flushes the pending change at once
-        assert result and saver.saves == burst_saves + 1
+        # its compile and its creation each count as new work: a tick may land between them
+        # when the build outlasts the interval (a loaded 2-core CI machine), then aclose saves
+        assert result and burst_saves + 1 <= saver.saves <= burst_saves + 2
     with PipelineCache(device) as fresh:
         loaded = fresh.load_cache(path)
         assert loaded and loaded.entries_used == 2
