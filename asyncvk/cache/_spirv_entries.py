@@ -102,7 +102,8 @@ class SpirvEntries(CacheCore):
         spirv = read if isinstance(read, bytes) else b""
         with self._lock:
             if isinstance(checked, str):
-                self._rejected_spirv.add((key, spirv))
+                if spirv:  # a body that parsed but failed: never adopted again
+                    self._rejected_spirv.add((key, spirv))
                 self._stats["spirv_rejected"] += 1
                 log.warning(
                     "packaged SPIR-V of shader %r [option bits 0x%x] rejected, compiling it "
