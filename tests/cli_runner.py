@@ -8,12 +8,15 @@ import sys
 from pathlib import Path
 
 
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m asyncvk ARGS`` in this environment, with ``env``'s variables set on top."""
     return subprocess.run(
         [sys.executable, "-m", "asyncvk", *args],
         capture_output=True,
         text=True,
-        env=dict(os.environ),
+        env=dict(os.environ, **(env or {})),
         timeout=timeout,
     )
 

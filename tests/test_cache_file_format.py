@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import IDENTITY
-from pipeline_requests import build_one
+from pipeline_requests import build_one, run_scale_add
 
 from asyncvk._version import __version__
 from asyncvk.cache import PipelineCache, PipelineSpec
@@ -36,7 +36,7 @@ from asyncvk.cache._file_format import (
     read_cache_source,
     validate_driver_blob,
 )
-from asyncvk.gpu import CommandRecorder, VulkanDevice
+from asyncvk.gpu import VulkanDevice
 from asyncvk.gpu._identity import DeviceIdentity
 
 
@@ -689,15 +689,7 @@ def _outputs(device: VulkanDevice, cache: PipelineCache) -> list[np.ndarray]:
         pipeline = build_one(
             cache, PipelineSpec("scale_add", specializations=spec, local_size=(32, 1, 1))
         )
-        src = device.upload_sync(x)
-        dst = device.allocate(x.nbytes)
-        rec = CommandRecorder(device, one_time=True)
-        rec.dispatch(pipeline, [src, dst], struct.pack("<if", x.size, 0.25), (9, 1, 1))
-        device.run_sync(rec.finish())
-        results.append(device.download_sync(dst, x.shape))
-        rec.release()
-        src.release()
-        dst.release()
+        results.append(run_scale_add(device, pipeline, x, 0.25))
     return results
 
 

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import shutil
-import struct
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -16,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pipeline_requests import build_one
+from cli_runner import cli
+from pipeline_requests import build_one, run_scale_add
 
 from asyncvk.cache import PipelineCache, PipelineSpec
-from asyncvk.gpu import CommandRecorder, VulkanDevice
+from asyncvk.gpu import VulkanDevice
 from asyncvk.shader import ShaderOptions, ShaderRegistry, _packaged
 from asyncvk.shader._compiler import compile_builtin
 from asyncvk.shader._options import device_macros
@@ -32,6 +32,15 @@ SHADERS = Path(__file__).resolve().parent.parent / "shaders"
 REBUILD = "rebuild it: python -m asyncvk.shader._packaged_build (tools/install.sh does)"
 
 
+def _shader_folder(tmp_path: Path, *names: str) -> Path:
+    """``tmp_path/shaders`` holding the named builtin shaders and every include."""
+    shaders = tmp_path / "shaders"
+    shaders.mkdir()
+    for path in [*(SHADERS / f"{name}.comp" for name in names), *SHADERS.glob("*.h")]:
+        shutil.copy(path, shaders / path.name)
+    return shaders
+
+
 @pytest.fixture
 def packaged_on(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(_packaged.ENV_SWITCH, "1")
@@ -40,10 +49,7 @@ def packaged_on(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def packaged_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, packaged_on: None) -> Path:
     """A packaged folder of our own, built for two shaders (the install's is left alone)."""
-    shaders = tmp_path / "shaders"
-    shaders.mkdir()
-    for path in [SHADERS / "scale_add.comp", SHADERS / "copy_f32.comp", *SHADERS.glob("*.h")]:
-        shutil.copy(path, shaders / path.name)
+    shaders = _shader_folder(tmp_path, "scale_add", "copy_f32")
     folder = tmp_path / "packaged_spirv"
     build_packaged(folder, ShaderRegistry(shaders))
     monkeypatch.setattr(_packaged, "PACKAGED_DIR", folder)
@@ -60,17 +66,7 @@ def _scale_add(cache: PipelineCache, device: VulkanDevice) -> np.ndarray:
     pipeline = build_one(
         cache, PipelineSpec("scale_add", specializations=(2.0, 0), local_size=(32, 1, 1))
     )
-    x = np.arange(100, dtype=np.float32)
-    src, dst = device.upload_sync(x), device.allocate(x.nbytes)
-    rec = CommandRecorder(device, one_time=True)
-    try:
-        rec.dispatch(pipeline, [src, dst], struct.pack("<if", x.size, 0.5), (4, 1, 1))
-        device.run_sync(rec.finish())
-        return device.download_sync(dst, x.shape)
-    finally:
-        rec.release()
-        src.release()
-        dst.release()
+    return run_scale_add(device, pipeline, np.arange(100, dtype=np.float32), 0.5)
 
 
 def test_the_install_built_every_shader(packaged_on: None) -> None:
@@ -300,10 +296,7 @@ def test_a_crafted_packaged_body_fails_the_interface_check(
 def test_a_rebuild_replaces_the_folder_whole(tmp_path: Path) -> None:
     """Built in a staging folder and put in place by renames: stale files go, the manifest
     lists what is there, and no staging folder is left behind."""
-    shaders = tmp_path / "shaders"
-    shaders.mkdir()
-    for path in [SHADERS / "scale_add.comp", *SHADERS.glob("*.h")]:
-        shutil.copy(path, shaders / path.name)
+    shaders = _shader_folder(tmp_path, "scale_add")
     folder = tmp_path / "packaged_spirv"
     folder.mkdir()
     (folder / "stale.0.0000000000000000.spv").write_bytes(b"\x03\x02\x23\x07" * 8)
@@ -332,10 +325,7 @@ def test_a_build_never_replaces_a_folder_it_did_not_write(tmp_path: Path) -> Non
 def test_device_macro_shaders_are_not_packaged(tmp_path: Path, packaged_on: None) -> None:
     """A shader whose source tests a device macro compiles per device: not built, not read, and
     a folder missing it is not complete (a cold load sets the compiler up)."""
-    shaders = tmp_path / "shaders"
-    shaders.mkdir()
-    for path in [SHADERS / "scale_add.comp", *SHADERS.glob("*.h")]:
-        shutil.copy(path, shaders / path.name)
+    shaders = _shader_folder(tmp_path, "scale_add")
     text = (SHADERS / "scale_add.comp").read_text()
     text = text.replace("void main() {", "#if AVK_SUBGROUP_SIZE > 64\n#endif\nvoid main() {")
     (shaders / "per_device.comp").write_text(text)
@@ -351,10 +341,7 @@ def test_device_macro_shaders_are_not_packaged(tmp_path: Path, packaged_on: None
 def test_a_folder_missing_a_shader_is_not_complete(tmp_path: Path, packaged_on: None) -> None:
     """A shader that fails to compile at install is left out; the manifest then says the folder
     is not complete, so the CLI sets the compiler up for a cold run as before."""
-    shaders = tmp_path / "shaders"
-    shaders.mkdir()
-    for path in [SHADERS / "scale_add.comp", *SHADERS.glob("*.h")]:
-        shutil.copy(path, shaders / path.name)
+    shaders = _shader_folder(tmp_path, "scale_add")
     (shaders / "broken.comp").write_text("#version 450\nvoid main() { undeclared = 1; }\n")
     folder = tmp_path / "packaged_spirv"
     assert build_packaged(folder, ShaderRegistry(shaders)) == 8
@@ -368,15 +355,8 @@ def test_a_folder_missing_a_shader_is_not_complete(tmp_path: Path, packaged_on: 
 
 @pytest.mark.parametrize("switch", ["1", "0"])
 def test_asyncvk_info_reports_the_folder(switch: str) -> None:
-    env = dict(os.environ, **{_packaged.ENV_SWITCH: switch})
-    out = subprocess.run(
-        [sys.executable, "-m", "asyncvk", "info", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-        env=env,
-    )
+    out = cli("info", "--json", timeout=120, env={_packaged.ENV_SWITCH: switch})
+    assert out.returncode == 0, out.stderr
     state = json.loads(out.stdout)["packaged_spirv"]
     assert state["folder"] == str(_packaged.PACKAGED_DIR)
     assert state["shaders"] == len(packaged_jobs(ShaderRegistry())), REBUILD

@@ -1,16 +1,15 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 import threading
 
 import numpy as np
 import pytest
-from pipeline_requests import build_one, get_one, request_one
+from pipeline_requests import build_one, get_one, request_one, run_scale_add
 
 from asyncvk import CacheMissError, PipelineError
 from asyncvk.cache import PipelineCache, PipelineSpec, builtin_digest
-from asyncvk.gpu import CommandRecorder, PipelineArtifact, VulkanDevice, resolve_quirks
+from asyncvk.gpu import PipelineArtifact, VulkanDevice, resolve_quirks
 from asyncvk.shader import ShaderOptions, compile_glsl
 
 RAW = """#version 450
@@ -19,23 +18,6 @@ layout(constant_id = 0) const float k = 1.0;
 layout(binding = 0) buffer A { float a[]; };
 void main() { a[gl_GlobalInvocationID.x] *= k; }
 """
-
-
-def _run(
-    device: VulkanDevice, pipeline: PipelineArtifact, x: np.ndarray, bias: float
-) -> np.ndarray:
-    src = device.upload_sync(x)
-    dst = device.allocate(x.nbytes)
-    rec = CommandRecorder(device, one_time=True)
-    try:
-        groups = -(-x.size // pipeline.local_size[0])
-        rec.dispatch(pipeline, [src, dst], struct.pack("<if", x.size, bias), (groups, 1, 1))
-        device.run_sync(rec.finish())
-        return device.download_sync(dst, x.shape)
-    finally:
-        rec.release()
-        src.release()
-        dst.release()
 
 
 class TestDigest:
@@ -95,7 +77,9 @@ async def test_thousand_requests_over_fifty_keys(device: VulkanDevice) -> None:
         assert len({id(p) for p in pipelines}) == 50
         x = np.arange(100, dtype=np.float32)
         for i in (0, 7, 49, 999):
-            np.testing.assert_allclose(_run(device, pipelines[i], x, 1.0), x * (i % 50) + 1.0)
+            np.testing.assert_allclose(
+                run_scale_add(device, pipelines[i], x, 1.0), x * (i % 50) + 1.0
+            )
         # Later requests are live hits; an fp16 variant is a second SPIR-V compile.
         await get_one(
             cache, PipelineSpec("scale_add", specializations=(3.0, 0), local_size=(32, 1, 1))
@@ -148,7 +132,7 @@ async def test_failure_reaches_every_waiter_and_is_not_cached(device: VulkanDevi
             assert cache.statistics().inflight_joins == 19
             retry = await get_one(cache, PipelineSpec("scale_add", specializations=(9.0, 1)))
             x = np.ones(64, np.float32)
-            np.testing.assert_allclose(_run(device, retry, x, 0.0), x * 9 + 1)
+            np.testing.assert_allclose(run_scale_add(device, retry, x, 0.0), x * 9 + 1)
     finally:
         device.creation_probe = None
 
