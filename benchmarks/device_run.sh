@@ -59,6 +59,8 @@ for what in "$@"; do
       python3 benchmarks/remote_cache.py --runs "${RUNS:-5}" --models "${MODELS:-cunet,squeezenet,mobilenetv2,resnet18}" \
         --redis-server /tmp/redis/usr/bin/redis-server --redis-lib /tmp/redis/usr/lib/x86_64-linux-gnu \
         --out "$OUT/remote_cache_h100.json" >/dev/null; tail -c 2500 "$OUT/remote_cache_h100.json" ;;
+    floor) python3 benchmarks/process_floor.py --processes "${RUNS:-9}" --out "$OUT/process_floor_h100.json" >/dev/null
+      python3 -c 'import json, sys; [print(n, {k: v["median"] for k, v in c["summary"].items()}) for n, c in json.load(open(sys.argv[1]))["cases"].items()]' "$OUT/process_floor_h100.json" ;;
     gpusetup) python3 benchmarks/gpu_setup.py | tee "$OUT/gpu_setup_h100.json" ;;
     features) python3 benchmarks/gpu_setup.py --features | tee "$OUT/gpu_setup_features_h100.json" | head -8 ;;
     profile) python3 benchmarks/load_profile.py --runs 3 --glsl-opt 2 --out "$OUT/load_profile_h100.json" >/dev/null ;;
