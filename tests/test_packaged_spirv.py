@@ -23,7 +23,7 @@ from asyncvk.gpu import VulkanDevice
 from asyncvk.shader import ShaderOptions, ShaderRegistry, _packaged
 from asyncvk.shader._compiler import compile_builtin
 from asyncvk.shader._options import device_macros
-from asyncvk.shader._packaged_build import build_packaged, packaged_jobs
+from asyncvk.shader._packaged_build import build_packaged, main, packaged_jobs, unbuilt
 
 MODELS = Path(__file__).parent / "models"
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
@@ -293,6 +293,12 @@ def test_a_crafted_packaged_body_fails_the_interface_check(
     _run_rejecting(device, tmp_path, body, caplog)
 
 
+def test_options_round_trip_through_their_bits() -> None:
+    """The build names each job's options by their bits (``ShaderOptions.from_bits``)."""
+    assert [ShaderOptions.from_bits(bits).bits for bits in range(32)] == list(range(32))
+    assert ShaderOptions.from_bits(2) == ShaderOptions(use_fp16_arithmetic=True)
+
+
 def test_a_rebuild_replaces_the_folder_whole(tmp_path: Path) -> None:
     """Built in a staging folder and put in place by renames: stale files go, the manifest
     lists what is there, and no staging folder is left behind."""
@@ -351,6 +357,39 @@ def test_a_folder_missing_a_shader_is_not_complete(tmp_path: Path, packaged_on: 
     (shaders / "broken.comp").unlink()
     build_packaged(folder, ShaderRegistry(shaders))
     assert _packaged.packaged_complete(folder)
+
+
+def test_check_names_what_the_folder_lacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--check`` (tools/install.sh runs it: pip -q hides setup.py's warning) builds nothing and
+    exits 1 naming the shaders with no file: never built, or edited since the build."""
+    shaders = _shader_folder(tmp_path, "scale_add")
+    folder = tmp_path / "packaged_spirv"
+    check = ["--check", str(folder), "--shaders", str(shaders)]
+    assert main(check) == 1
+    assert "lacks 8 of 8 shader builds (scale_add [bits 0]" in capsys.readouterr().err
+    assert not folder.exists()
+    assert main([str(folder), "--shaders", str(shaders)]) == 0
+    assert main(check) == 0 and "holds all 8 shader builds" in capsys.readouterr().out
+    source = shaders / "scale_add.comp"
+    source.write_text(source.read_text().replace("void main() {", "void main() {\n    // edited"))
+    assert unbuilt(folder, ShaderRegistry(shaders)) == [
+        f"{name} [bits {bits}]" for bits in range(4) for name in ("scale_add", "scale_add@shapes")
+    ]
+    assert main(check) == 1 and "edited since" in capsys.readouterr().err
+
+
+def test_a_build_that_leaves_a_shader_out_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shaders = _shader_folder(tmp_path, "scale_add")
+    (shaders / "broken.comp").write_text("#version 450\nvoid main() { undeclared = 1; }\n")
+    folder = tmp_path / "packaged_spirv"
+    assert main([str(folder), "--shaders", str(shaders)]) == 1
+    err = capsys.readouterr().err
+    assert "4 of 12 left out" in err and "compile at their first use" in err
+    assert unbuilt(folder, ShaderRegistry(shaders)) == [f"broken [bits {b}]" for b in range(4)]
 
 
 @pytest.mark.parametrize("switch", ["1", "0"])

@@ -27,3 +27,10 @@ fi
 extra=""
 if [ "${1:-}" = "--test" ]; then extra="[test]"; fi
 .venv/bin/python -m pip install -q -e ".${extra}"
+# setup.py compiled every builtin shader into asyncvk/shader/packaged_spirv, and pip -q hides
+# its warning when that fails: check, and on a miss build again where its errors show. Without
+# the folder asyncvk still works; its shaders then compile at their first use (slower cold starts).
+if ! .venv/bin/python -m asyncvk.shader._packaged_build --check; then
+  .venv/bin/python -m asyncvk.shader._packaged_build \
+    || echo "tools/install.sh: warning: not every builtin shader was compiled at install (above)" >&2
+fi

@@ -76,6 +76,17 @@ class ShaderOptions:
             | self.use_subgroup_ops << 4
         )
 
+    @classmethod
+    def from_bits(cls, bits: int) -> ShaderOptions:
+        """The options whose :attr:`bits` are ``bits``."""
+        return cls(
+            use_fp16_storage=bool(bits & 1),
+            use_fp16_arithmetic=bool(bits & 2),
+            use_int8_storage=bool(bits & 4),
+            use_int8_arithmetic=bool(bits & 8),
+            use_subgroup_ops=bool(bits & 16),
+        )
+
     def supported_on(self, info: DeviceFacts) -> ShaderOptions:
         """These options with whatever the device cannot do switched off."""
         return ShaderOptions(

@@ -4,11 +4,14 @@ variant, for every option-bit combination a Net asks for.
 setup.py's ``build_ext`` runs it once the compiler's extension is built (``python -m
 asyncvk.shader._packaged_build FOLDER``); in a checkout, run it after editing a shader or the
 option prelude, or the edited shaders compile at their first use (never a stale body: the file
-names hash what is compiled). About 300 compiles: 3-4 s on one core.
+names hash what is compiled). About 300 compiles: 3-4 s on one core. ``--check`` builds
+nothing and names what the folder lacks: tools/install.sh runs it, since ``pip -q`` hides
+setup.py's warning when the build fails.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -21,6 +24,7 @@ from ._packaged import (
     MANIFEST,
     PACKAGED_DIR,
     PACKAGED_OPTION_BITS,
+    _parse_manifest,
     body_digest,
     file_name,
     manifest_text,
@@ -35,10 +39,22 @@ def packaged_jobs(registry: ShaderRegistry) -> list[tuple[str, ShaderOptions]]:
     names = list(registry.names())
     names += [v for name in registry.names() if (v := registry.shape_variant(name)) is not None]
     return [
-        (name, ShaderOptions(use_fp16_storage=bool(bits & 1), use_fp16_arithmetic=bool(bits & 2)))
+        (name, ShaderOptions.from_bits(bits))
         for bits in PACKAGED_OPTION_BITS
         for name in names
         if not uses_device_macros(registry.get(name).source)
+    ]
+
+
+def unbuilt(directory: Path, registry: ShaderRegistry) -> list[str]:
+    """Each job the folder's manifest has no file for, as ``shader [bits N]``: the build never
+    ran or left it out, or its source was edited since (a file is named by what it compiles)."""
+    parsed = _parse_manifest(directory / MANIFEST)
+    files = {} if parsed is None else parsed[1]
+    return [
+        f"{name} [bits {options.bits}]"
+        for name, options in packaged_jobs(registry)
+        if file_name(name, options, registry.get(name).source) not in files
     ]
 
 
@@ -93,14 +109,46 @@ def build_packaged(directory: Path = PACKAGED_DIR, registry: ShaderRegistry | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    directory = Path(args[0]) if args else PACKAGED_DIR
+    parser = argparse.ArgumentParser(
+        prog="python -m asyncvk.shader._packaged_build",
+        description="Compile every builtin shader into the packaged SPIR-V folder.",
+    )
+    parser.add_argument("folder", nargs="?", type=Path, default=PACKAGED_DIR)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="build nothing; exit 1 naming the shaders the folder has no SPIR-V for",
+    )
+    parser.add_argument("--shaders", type=Path, default=None, help="shader sources (default: ours)")
+    args = parser.parse_args(argv)
+    registry = ShaderRegistry(args.shaders) if args.shaders else ShaderRegistry()
+    jobs = len(packaged_jobs(registry))
+    if args.check:
+        missing = unbuilt(args.folder, registry)
+        if missing:
+            shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
+            print(
+                f"asyncvk: packaged SPIR-V: {args.folder} lacks {len(missing)} of {jobs} "
+                f"shader builds ({shown}): not built, or edited since; those compile at their "
+                "first use. Build them: python -m asyncvk.shader._packaged_build",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"asyncvk: packaged SPIR-V: {args.folder} holds all {jobs} shader builds")
+        return 0
     try:
-        built = build_packaged(directory)
+        built = build_packaged(args.folder, registry)
     except FileExistsError as exc:
         print(f"asyncvk: packaged SPIR-V: {exc}", file=sys.stderr)
         return 2
-    print(f"asyncvk: packaged SPIR-V: {built} shaders compiled into {directory}")
+    print(f"asyncvk: packaged SPIR-V: {built} shaders compiled into {args.folder}")
+    if built < jobs:
+        print(
+            f"asyncvk: packaged SPIR-V: {jobs - built} of {jobs} left out (above); they compile "
+            "at their first use",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
