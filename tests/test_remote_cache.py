@@ -38,6 +38,7 @@ from asyncvk.cache._remote_values import (
     spirv_value_key,
 )
 from asyncvk.gpu import VulkanDevice
+from asyncvk.shader import _packaged
 
 MODELS = Path(__file__).parent / "models"
 CUNET = MODELS / "cunet"
@@ -113,6 +114,35 @@ def test_a_second_machine_starts_warm_from_redis(server: RedisServer, tmp_path: 
     server.stop()
     third, _ = _run(CUNET, tmp_path / "machine2", server.url)
     assert third["cache_loaded"] and third["spirv_compiled"] == 0
+
+
+def _getrange_calls(srv: RedisServer) -> int:
+    """How many values the server has been asked for (the tier reads each with GETRANGE)."""
+    with srv.client() as c:
+        return int(c.info("commandstats").get("cmdstat_getrange", {}).get("calls", 0))
+
+
+def test_the_install_s_spirv_is_neither_read_from_nor_pushed_to_the_store(
+    server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine with the install's SPIR-V folder (every shader cunet needs) asks the store
+    only for its driver blobs, never for a SPIR-V value, and pushes none of the folder's."""
+    first, _ = _run(CUNET, tmp_path / "machine1", server.url)  # the suite's default: folder off
+    stored = _spirv_keys(server)
+    assert first["spirv_compiled"] > 0 and len(stored) == first["spirv_compiled"]
+    with server.client() as c:
+        blobs = [k for k in c.keys("*") if b":spirv:" not in k and c.type(k) == b"string"]
+    monkeypatch.setenv(_packaged.ENV_SWITCH, "1")
+    asked = _getrange_calls(server)
+    second, _ = _run(CUNET, tmp_path / "machine2", server.url)
+    assert second["spirv_compiled"] == 0 and second["spirv_packaged"] == len(stored)
+    assert _getrange_calls(server) - asked <= len(blobs)  # the blobs at most, no SPIR-V
+    assert second["remote_cache"]["misses"] == 0 and second["remote_cache"]["rejected"] == 0
+    assert np.array_equal(first["output"], second["output"])
+    with server.client() as c:
+        c.flushdb()
+    third, _ = _run(CUNET, tmp_path / "machine3", server.url)
+    assert third["spirv_packaged"] == len(stored) and _spirv_keys(server) == []
 
 
 def test_a_server_absent_at_start_costs_one_warning(tmp_path: Path) -> None:

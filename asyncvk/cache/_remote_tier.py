@@ -178,7 +178,14 @@ class RemoteTier:
             # the local cache has every entry: the store is not even opened. Its driver blob
             # may hold no pipelines (lavapipe's is a bare header), which alone is no reason
             return
-        await self._read(cache, missing, cache.vk_cache is not None)
+        # What the install's SPIR-V folder holds is local too: neither read from the store nor
+        # pushed to it. The driver blobs still are (a cold machine with the folder wants them).
+        packaged = {k for k in missing if cache.packaged_holds(k)}
+        self._local_had |= packaged
+        unread = [k for k in missing if k not in packaged]
+        want_blob = cache.vk_cache is not None
+        if unread or want_blob:
+            await self._read(cache, unread, want_blob)
 
     async def _read(self, cache: PipelineCache, keys: list[SpirvKey], want_blob: bool) -> None:
         """Read ``keys`` (and the identity's driver blobs), check them, adopt what passes."""

@@ -80,6 +80,19 @@ class SpirvEntries(CacheCore):
             self._spirv_flight.produce(key, future, build)
         return future.result()
 
+    def packaged_holds(self, key: SpirvKey) -> bool:
+        """Whether the package's folder lists a body for ``key`` (read and checked only when a
+        build needs it): the remote tier asks the store for none of these."""
+        if not self.use_packaged or key.shader not in self.registry:
+            return False
+        from ..shader._packaged import packaged_lists
+
+        source = self.registry.get(key.shader)
+        if source.source_hash != key.source_hash:
+            return False
+        options = ShaderOptions.from_bits(key.option_bits)
+        return packaged_lists(key.shader, options, source.source)
+
     def _adopt_packaged(
         self, key: SpirvKey, options: ShaderOptions
     ) -> tuple[bytes, ShaderInfo] | None:

@@ -125,20 +125,37 @@ def packaged_complete(directory: Path | None = None) -> bool:
     return manifest is not None and manifest[0]
 
 
+def _listed(
+    shader: str, options: ShaderOptions, source: str, folder: Path
+) -> tuple[str, str] | None:
+    """(file name, blake2b) of a shader's body in the manifest; None when there is none to use
+    (switched off, a device-macro shader, not built, or edited since)."""
+    if not packaged_enabled() or uses_device_macros(source):
+        return None
+    manifest = _manifests.get(folder)
+    name = file_name(shader, options, source)
+    digest = None if manifest is None else manifest[1].get(name)
+    return None if digest is None else (name, digest)
+
+
+def packaged_lists(
+    shader: str, options: ShaderOptions, source: str, directory: Path | None = None
+) -> bool:
+    """Whether the folder's manifest names a body for this shader (the body is not read)."""
+    return _listed(shader, options, source, directory or PACKAGED_DIR) is not None
+
+
 def read_packaged(
     shader: str, options: ShaderOptions, source: str, directory: Path | None = None
 ) -> bytes | str | None:
     """The packaged SPIR-V of a shader; None when there is none to use (switched off, a
     device-macro shader, not in the manifest: not built, or edited since); or, as a string,
     why the file there is bad (unreadable, oversized, or not the bytes the manifest names)."""
-    if not packaged_enabled() or uses_device_macros(source):
-        return None
     folder = directory or PACKAGED_DIR
-    manifest = _manifests.get(folder)
-    name = file_name(shader, options, source)
-    digest = None if manifest is None else manifest[1].get(name)
-    if digest is None:
+    listed = _listed(shader, options, source, folder)
+    if listed is None:
         return None
+    name, digest = listed
     try:
         with open(folder / name, "rb") as f:
             body = f.read(MAX_BODY_BYTES + 1)
