@@ -36,10 +36,11 @@ class BuildExtWithSpirv(build_ext):
         env = dict(os.environ, PYTHONPATH=path)
         command = [sys.executable, "-m", "asyncvk.shader._packaged_build", str(folder)]
         done = subprocess.run(command, cwd=root, env=env, check=False)
-        if done.returncode != 0:
+        if done.returncode != 0:  # 3: some shaders left out (_packaged_build.LEFT_OUT)
+            what = "left shaders out" if done.returncode == 3 else "was not built"
             print(
-                "warning: asyncvk's packaged SPIR-V was not built; shaders will compile at "
-                "their first use",
+                f"warning: asyncvk's packaged SPIR-V {what}; those shaders will compile at "
+                "their first use (python -m asyncvk.shader._packaged_build --check)",
                 file=sys.stderr,
             )
 

@@ -23,7 +23,13 @@ from asyncvk.gpu import VulkanDevice
 from asyncvk.shader import ShaderOptions, ShaderRegistry, _packaged
 from asyncvk.shader._compiler import compile_builtin
 from asyncvk.shader._options import device_macros
-from asyncvk.shader._packaged_build import build_packaged, main, packaged_jobs, unbuilt
+from asyncvk.shader._packaged_build import (
+    LEFT_OUT,
+    build_packaged,
+    main,
+    packaged_jobs,
+    unbuilt,
+)
 
 MODELS = Path(__file__).parent / "models"
 SHADERS = Path(__file__).resolve().parent.parent / "shaders"
@@ -297,6 +303,9 @@ def test_options_round_trip_through_their_bits() -> None:
     """The build names each job's options by their bits (``ShaderOptions.from_bits``)."""
     assert [ShaderOptions.from_bits(bits).bits for bits in range(32)] == list(range(32))
     assert ShaderOptions.from_bits(2) == ShaderOptions(use_fp16_arithmetic=True)
+    for bits in (-1, 32):
+        with pytest.raises(ValueError, match=f"option bits {bits} out of range"):
+            ShaderOptions.from_bits(bits)
 
 
 def test_a_rebuild_replaces_the_folder_whole(tmp_path: Path) -> None:
@@ -359,6 +368,10 @@ def test_a_folder_missing_a_shader_is_not_complete(tmp_path: Path, packaged_on: 
     assert _packaged.packaged_complete(folder)
 
 
+def _source(shaders: Path, name: str = "scale_add") -> str:
+    return ShaderRegistry(shaders).get(name).source
+
+
 def test_check_names_what_the_folder_lacks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -372,6 +385,10 @@ def test_check_names_what_the_folder_lacks(
     assert not folder.exists()
     assert main([str(folder), "--shaders", str(shaders)]) == 0
     assert main(check) == 0 and "holds all 8 shader builds" in capsys.readouterr().out
+    gone = _packaged.file_name("scale_add", ShaderOptions.from_bits(1), _source(shaders))
+    (folder / gone).rename(tmp_path / gone)
+    assert unbuilt(folder, ShaderRegistry(shaders)) == ["scale_add [bits 1]"]
+    (tmp_path / gone).rename(folder / gone)
     source = shaders / "scale_add.comp"
     source.write_text(source.read_text().replace("void main() {", "void main() {\n    // edited"))
     assert unbuilt(folder, ShaderRegistry(shaders)) == [
@@ -380,13 +397,14 @@ def test_check_names_what_the_folder_lacks(
     assert main(check) == 1 and "edited since" in capsys.readouterr().err
 
 
-def test_a_build_that_leaves_a_shader_out_exits_1(
+def test_a_build_that_leaves_a_shader_out_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Its own exit status, which setup.py's warning tells from a build that failed."""
     shaders = _shader_folder(tmp_path, "scale_add")
     (shaders / "broken.comp").write_text("#version 450\nvoid main() { undeclared = 1; }\n")
     folder = tmp_path / "packaged_spirv"
-    assert main([str(folder), "--shaders", str(shaders)]) == 1
+    assert main([str(folder), "--shaders", str(shaders)]) == LEFT_OUT == 3
     err = capsys.readouterr().err
     assert "4 of 12 left out" in err and "compile at their first use" in err
     assert unbuilt(folder, ShaderRegistry(shaders)) == [f"broken [bits {b}]" for b in range(4)]

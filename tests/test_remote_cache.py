@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 from cli_runner import cli, run_args
 from conftest import OTHER_IDENTITY
+from pipeline_requests import build_one
 from redis_server import RedisServer, free_port
 from test_cache_file_format import driver_blob
+from test_packaged_spirv import _damage, _rewrite_manifest, _shader_folder
 
 from asyncvk import Net, Option
-from asyncvk.cache import PipelineCache
+from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.cache._redis_store import RedisStore
 from asyncvk.cache._remote_state import remote_state
 from asyncvk.cache._remote_store import parse_remote_url
@@ -38,7 +40,8 @@ from asyncvk.cache._remote_values import (
     spirv_value_key,
 )
 from asyncvk.gpu import VulkanDevice
-from asyncvk.shader import _packaged
+from asyncvk.shader import ShaderRegistry, _packaged
+from asyncvk.shader._packaged_build import build_packaged
 
 MODELS = Path(__file__).parent / "models"
 CUNET = MODELS / "cunet"
@@ -295,6 +298,43 @@ async def test_a_server_killed_mid_load_turns_the_tier_off(
     await again.aclose()
     warnings = [r for r in caplog.records if "turned off" in r.getMessage()]
     assert len(warnings) == 1
+
+
+@pytest.mark.parametrize("damage", ["checksum", "interface"])
+async def test_a_packaged_body_that_fails_is_compiled_and_pushed(
+    device: VulkanDevice,
+    server: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    damage: str,
+) -> None:
+    """The folder's bodies stand in for the store's, but only good ones: a body whose checksum
+    fails is asked of the store; one that passes it and fails a later check is compiled, and
+    that compile is pushed like any other (the folder's good bodies never are)."""
+    shaders = _shader_folder(tmp_path, "scale_add", "copy_f32")
+    folder = tmp_path / "packaged_spirv"
+    build_packaged(folder, ShaderRegistry(shaders))
+    monkeypatch.setattr(_packaged, "PACKAGED_DIR", folder)
+    monkeypatch.setenv(_packaged.ENV_SWITCH, "1")
+    _damage(folder, "another shader's body")
+    if damage == "interface":
+        _rewrite_manifest(folder)
+    scale_add = PipelineSpec("scale_add", specializations=(2.0, 0), local_size=(32, 1, 1))
+    copy = PipelineSpec("copy_f32", local_size=(64, 1, 1))
+    tier = remote_tier_for(server.url)
+    assert tier is not None
+    with PipelineCache(device) as cache:
+        await tier.fetch(cache, [scale_add, copy])
+        asked = tier.report()["misses"]
+        for spec in (scale_add, copy):
+            build_one(cache, spec)
+        stats = cache.statistics()
+        await tier.push(cache)
+    await tier.aclose()
+    assert asked == (1 if damage == "checksum" else 0)  # copy_f32's good body: never asked
+    assert (stats.spirv_packaged, stats.spirv_compiles) == (1, 1)
+    stored = [parse_spirv_value_key(k.decode()) for k in _spirv_keys(server)]
+    assert [k.shader for k in stored if k is not None] == ["scale_add"]
 
 
 async def test_two_tasks_opening_the_store_share_one_connection(server: RedisServer) -> None:

@@ -178,8 +178,10 @@ class RemoteTier:
             # the local cache has every entry: the store is not even opened. Its driver blob
             # may hold no pipelines (lavapipe's is a bare header), which alone is no reason
             return
-        # What the install's SPIR-V folder holds is local too: neither read from the store nor
-        # pushed to it. The driver blobs still are (a cold machine with the folder wants them).
+        # What the install's SPIR-V folder holds (a file whose checksum passes) is local too:
+        # not read from the store, nor pushed to it unless a build compiled it after all (a
+        # body that failed its later checks). The driver blobs are still read: a cold machine
+        # with the folder wants them.
         packaged = {k for k in missing if cache.packaged_holds(k)}
         self._local_had |= packaged
         unread = [k for k in missing if k not in packaged]
@@ -274,8 +276,13 @@ class RemoteTier:
         if not self.on or cache.closed:
             return
         entries = cache.spirv_entries()
+        compiled = cache.compiled_keys()  # new even where a local copy was expected
         candidates = sorted(
-            (k for k in self._wanted - self._remote_has - self._local_had if k in entries),
+            (
+                k
+                for k in self._wanted - self._remote_has
+                if k in entries and (k not in self._local_had or k in compiled)
+            ),
             key=spirv_value_key,
         )
         built_new = new_blob or cache.statistics().driver_cache_misses > 0

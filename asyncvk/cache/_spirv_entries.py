@@ -81,17 +81,23 @@ class SpirvEntries(CacheCore):
         return future.result()
 
     def packaged_holds(self, key: SpirvKey) -> bool:
-        """Whether the package's folder lists a body for ``key`` (read and checked only when a
-        build needs it): the remote tier asks the store for none of these."""
+        """Whether the package's folder holds a body for ``key`` that passes the manifest's
+        checksum (a file read; reflection and the interface are checked when a build adopts
+        it): the remote tier asks the store for none of these."""
         if not self.use_packaged or key.shader not in self.registry:
             return False
-        from ..shader._packaged import packaged_lists
+        from ..shader._packaged import read_packaged
 
         source = self.registry.get(key.shader)
         if source.source_hash != key.source_hash:
             return False
         options = ShaderOptions.from_bits(key.option_bits)
-        return packaged_lists(key.shader, options, source.source)
+        return isinstance(read_packaged(key.shader, options, source.source), bytes)
+
+    def compiled_keys(self) -> set[SpirvKey]:
+        """The SPIR-V entries this process compiled from GLSL (new to every store)."""
+        with self._lock:
+            return set(self._spirv_compiled)
 
     def _adopt_packaged(
         self, key: SpirvKey, options: ShaderOptions

@@ -78,7 +78,9 @@ class ShaderOptions:
 
     @classmethod
     def from_bits(cls, bits: int) -> ShaderOptions:
-        """The options whose :attr:`bits` are ``bits``."""
+        """The options whose :attr:`bits` are ``bits`` (0-31)."""
+        if not 0 <= bits < 32:
+            raise ValueError(f"option bits {bits} out of range 0-31")
         return cls(
             use_fp16_storage=bool(bits & 1),
             use_fp16_arithmetic=bool(bits & 2),

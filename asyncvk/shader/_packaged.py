@@ -138,13 +138,6 @@ def _listed(
     return None if digest is None else (name, digest)
 
 
-def packaged_lists(
-    shader: str, options: ShaderOptions, source: str, directory: Path | None = None
-) -> bool:
-    """Whether the folder's manifest names a body for this shader (the body is not read)."""
-    return _listed(shader, options, source, directory or PACKAGED_DIR) is not None
-
-
 def read_packaged(
     shader: str, options: ShaderOptions, source: str, directory: Path | None = None
 ) -> bytes | str | None:

@@ -32,6 +32,9 @@ from ._packaged import (
 )
 from ._registry import ShaderRegistry
 
+#: The exit status of a build that compiled all but some shaders (a failed build exits 1 or 2).
+LEFT_OUT = 3
+
 
 def packaged_jobs(registry: ShaderRegistry) -> list[tuple[str, ShaderOptions]]:
     """Every (shader, options) the folder holds: shape variants included, device-macro
@@ -47,15 +50,17 @@ def packaged_jobs(registry: ShaderRegistry) -> list[tuple[str, ShaderOptions]]:
 
 
 def unbuilt(directory: Path, registry: ShaderRegistry) -> list[str]:
-    """Each job the folder's manifest has no file for, as ``shader [bits N]``: the build never
-    ran or left it out, or its source was edited since (a file is named by what it compiles)."""
+    """Each job the folder has no file for, as ``shader [bits N]``: not in its manifest (the
+    build never ran or left it out, or the source was edited since: a file is named by what it
+    compiles), or listed there and gone. Contents are checked at their use, not here."""
     parsed = _parse_manifest(directory / MANIFEST)
-    files = {} if parsed is None else parsed[1]
-    return [
-        f"{name} [bits {options.bits}]"
-        for name, options in packaged_jobs(registry)
-        if file_name(name, options, registry.get(name).source) not in files
-    ]
+    listed = {} if parsed is None else parsed[1]
+    missing = []
+    for name, options in packaged_jobs(registry):
+        file = file_name(name, options, registry.get(name).source)
+        if file not in listed or not (directory / file).is_file():
+            missing.append(f"{name} [bits {options.bits}]")
+    return missing
 
 
 def _ours(directory: Path) -> bool:
@@ -129,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             shown = ", ".join(missing[:4]) + (", ..." if len(missing) > 4 else "")
             print(
                 f"asyncvk: packaged SPIR-V: {args.folder} lacks {len(missing)} of {jobs} "
-                f"shader builds ({shown}): not built, or edited since; those compile at their "
-                "first use. Build them: python -m asyncvk.shader._packaged_build",
+                f"shader builds ({shown}): not built, removed, or edited since; those "
+                "compile at their first use. Build them: python -m asyncvk.shader._packaged_build",
                 file=sys.stderr,
             )
             return 1
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             "at their first use",
             file=sys.stderr,
         )
-        return 1
+        return LEFT_OUT
     return 0
 
 
