@@ -6,9 +6,10 @@
 On a machine whose speed drifts from minute to minute (the 2-core lavapipe box), two fresh
 processes run minutes apart can differ by more than the change being measured. Here one Net is
 loaded per value of the switch, and their extractions alternate (A B, then B A), so drift
-hits both alike. The switch is set to a Net's value before its load and again before each of
-its extractions, so a layer that reads it when a plan is recorded (dispatch sizes) sees the
-same value as when its pipelines were chosen. The report gives each value's min and median,
+hits both alike. The switch is set to a Net's value before its load, and again before each of
+its extractions for the choices made when a plan is recorded (a Concat's copies); the layout
+choices a plan records are read back from the pipelines the load built (``RecordContext.spec``).
+The report gives each value's min and median,
 the ratio of each pair (last value over first) and the largest difference between their
 outputs (0.0 when a change keeps the same products: it cannot tell the variants apart).
 

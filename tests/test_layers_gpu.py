@@ -678,8 +678,10 @@ def test_winograd_is_for_wide_3x3_layers_on_cpu_devices(device: VulkanDevice) ->
     assert {"wino_in", "wino_gemm", "wino_out"} <= wide.background_pipelines(target)
     assert "conv" in wide.pipeline_specs(target)
     assert wide.gpu_weights(target)["weight"].size == 64 * 64 * 9
-    assert wide.background_weights(target)["weight_winograd"].size == 36 * 64 * 64
-    assert layer(48, 95).background_weights(target) == {}
+    chosen = wide.background_pipelines(target)
+    assert wide.background_weights(target, chosen)["weight_winograd"].size == 36 * 64 * 64
+    narrow = layer(48, 95)
+    assert narrow.background_weights(target, narrow.background_pipelines(target)) == {}
 
 
 def test_the_tiled_convolution_needs_shuffles_and_shares_weights_in_8_lanes(

@@ -167,6 +167,9 @@ def test_c_after_alpha_needs_a_c(device: VulkanDevice, monkeypatch: pytest.Monke
         def dispatch(self, pipeline: str, buffers: object, push: bytes, groups: object) -> None:
             pushes.append(push)
 
+        def spec(self, key: str) -> object:
+            return _strided_gemm.gemm_spec(device.info, True)  # the tiled shader
+
     op = _strided_gemm.Operand(buffer=None, row=1, col=1)  # type: ignore[arg-type]
     for c in (None, op):
         _strided_gemm.dispatch_gemm(Recorder(), "gemm", (2, 3, 4), op, op, op, c, c_last=True)  # type: ignore[arg-type]

@@ -132,9 +132,12 @@ class Layer:
         """The arrays to upload, by the name ``record`` asks ``ctx.weight`` for."""
         return {}
 
-    def background_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
+    def background_weights(
+        self, target: GpuTarget, pipelines: frozenset[str]
+    ) -> dict[str, np.ndarray]:
         """Arrays only the background pipelines read: made and uploaded after the load, before
-        those pipelines are handed over (``ctx.weight`` has them once ``ctx.has_pipeline``)."""
+        those pipelines are handed over (``ctx.weight`` has them once ``ctx.has_pipeline``).
+        ``pipelines`` are the background pipelines chosen at load, which decide."""
         return {}
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:

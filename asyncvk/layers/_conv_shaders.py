@@ -48,6 +48,7 @@ SHARED_WEIGHTS = True
 #: by kind, 8 against 4: 3x3 stride 1 0.74-0.86x, stride 2 0.83-0.92x; 5x5 stride 1 0.50-0.52x,
 #: stride 2 0.57-0.85x (mobilenet_v2, efficientnet_b0, mnasnet, mobilenet_v3).
 DEPTHWISE_FLAT_COLUMNS = 8
+DEPTHWISE_COLUMNS = 4  # output columns per invocation of convolutiondepthwise.comp's 2-D layout
 TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
 TILE_OX = 8  # output columns per invocation in convolution_tiled.comp
 DECONV_TILE_OX = 4  # output columns (of one stride phase) per invocation in deconvolution_tiled

@@ -1,7 +1,9 @@
 """The rule of the shader and recording choices that win on CPU devices (lavapipe) only.
 
-Each such choice is a module setting read at every decision, so a test can force it: "cpu"
-(the default: CPU devices take it, GPUs do not), "always" or "never".
+Each such choice is a module setting, so a test can force it: "cpu" (the default: CPU devices
+take it, GPUs do not), "always" or "never". A layer reads it when its pipelines and weights are
+chosen at load; recording reads the choice back from the pipelines built
+(``RecordContext.spec``), so a setting changed later applies from the next load.
 """
 
 from __future__ import annotations

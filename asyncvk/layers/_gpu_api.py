@@ -108,6 +108,12 @@ class RecordContext(Protocol):
         """Whether pipeline ``key`` is built (a background one may not be yet)."""
         ...
 
+    def spec(self, key: str) -> PipelineSpec:
+        """The spec pipeline ``key`` was chosen with at load (its shader and constants). A
+        layer reads its layout choices from it, not from module settings that may have
+        changed since, so a dispatch always matches its pipeline and weights."""
+        ...
+
     def scratch(self, nbytes: int) -> Buffer:
         """A temporary buffer that lives as long as the recorded plan."""
         ...

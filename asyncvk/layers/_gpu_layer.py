@@ -15,11 +15,13 @@ from ._gpu_api import GpuBlob, GpuTarget, PipelineSpec, RecordContext
 class GpuLayer:
     """``layer`` on ``target``: the Vulkan half of a layer, for one device."""
 
-    __slots__ = ("layer", "target")
+    __slots__ = ("_background", "_specs", "layer", "target")
 
     def __init__(self, layer: Layer, target: GpuTarget) -> None:
         self.layer = layer
         self.target = target
+        self._specs: dict[str, PipelineSpec] | None = None
+        self._background: frozenset[str] | None = None
 
     @property
     def alias(self) -> bool:
@@ -29,16 +31,23 @@ class GpuLayer:
         return self.layer.supports(input_shapes)
 
     def pipeline_specs(self) -> dict[str, PipelineSpec]:
-        return self.layer.pipeline_specs(self.target)
+        """The layer's pipelines on this device, chosen once: the choices are made then, and
+        recording reads them back (``RecordContext.spec``)."""
+        if self._specs is None:
+            self._specs = self.layer.pipeline_specs(self.target)
+        return self._specs
 
     def background_pipelines(self) -> frozenset[str]:
-        return self.layer.background_pipelines(self.target)
+        """Which of them a load does not wait for, chosen once as they are."""
+        if self._background is None:
+            self._background = self.layer.background_pipelines(self.target)
+        return self._background
 
     def weights(self) -> dict[str, np.ndarray]:
         return self.layer.gpu_weights(self.target)
 
     def background_weights(self) -> dict[str, np.ndarray]:
-        return self.layer.background_weights(self.target)
+        return self.layer.background_weights(self.target, self.background_pipelines())
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         self.layer.record(ctx, inputs, outputs)

@@ -131,7 +131,7 @@ def dispatch_gemm(
     nb1, nb2 = batch
     c_op = c if c is not None else Operand(a.buffer, 0, 0)  # bound, never read
     strides = (*a.strides(), *b.strides(), *c_op.strides(), *out.strides())
-    if tiled_gemm_fits(ctx.info):
+    if ctx.spec(pipeline).shader == "gemm_tiled":  # as chosen at load (gemm_spec)
         flags = (int(c is not None), int(c_last and c is not None))  # no C: nothing after
         push = pack_push("4i16i2f3i", m, n, k, nb2, *strides, alpha, beta, nb1 * nb2, *flags)
         groups = _tiled_groups(ctx.info, m, n, nb1 * nb2)

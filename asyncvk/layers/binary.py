@@ -332,7 +332,7 @@ class Eltwise(Layer):
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         out = outputs[0]
         flat = _contiguous(out.shape)
-        if flat_offered(ctx.info):  # same-shaped inputs: always flat
+        if ctx.spec("first").shader == "binary_flat":  # same-shaped inputs: always flat
             push = pack_push("i", out.size)
         else:
             push = pack_push("12i", *shape4(out.shape), *flat, *flat)

@@ -424,10 +424,12 @@ class Convolution(ConvParams):
         keys = _GEMM_KEYS if self._gemm(target.info) else frozenset()
         return keys | (_WINOGRAD_KEYS if self._winograd(target.info) else frozenset())
 
-    def background_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
+    def background_weights(
+        self, target: GpuTarget, pipelines: frozenset[str]
+    ) -> dict[str, np.ndarray]:
         """The Winograd passes' transformed weights (4x the direct shader's, which stay: both
         may run), made with the passes in the background: resnet50's took 0.2 s of a load."""
-        if not self._winograd(target.info):
+        if not _WINOGRAD_KEYS <= pipelines:
             return {}
         in_c = self.taps // self.maxk
         return {"weight_winograd": _conv_shaders.pack_winograd(self.weight, self.num_output, in_c)}
@@ -447,7 +449,9 @@ class Convolution(ConvParams):
             _int8.record(ctx, self.int8, inputs[0], outputs[0], self.num_output, convolve)
 
     def _record_conv(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
-        if self._winograd(ctx.info) and all(map(ctx.has_pipeline, _WINOGRAD_KEYS)):
+        """The choices made at load, read back from the pipelines built (``ctx.spec``): which
+        alternatives exist, which shader "conv" is, and its layout constants."""
+        if all(map(ctx.has_pipeline, _WINOGRAD_KEYS)):  # built only where Winograd was chosen
             self._record_winograd(ctx, source, output)
             return
         c, h, w = source.shape
@@ -455,25 +459,25 @@ class Convolution(ConvParams):
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         buffers = blobs_and_weights(ctx, [source], [output])
-        if self._gemm_for(ctx.info, output.shape) and all(map(ctx.has_pipeline, _GEMM_KEYS)):
+        kernel = (self.kernel_w, self.kernel_h)
+        gemm = _conv_shaders.gemm_chosen(output.shape, kernel, self.taps)
+        if gemm and all(map(ctx.has_pipeline, _GEMM_KEYS)):
             self._record_gemm(ctx, buffers, push, output)
             return
-        kernel = (self.kernel_w, self.kernel_h)
-        if self._splitk(ctx.info) and _conv_shaders.chosen(output.shape, kernel):
+        if ctx.has_pipeline("conv_splitk") and _conv_shaders.chosen(output.shape, kernel):
             groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
             ctx.dispatch("conv_splitk", buffers, push, groups)
             return
-        if self._tiled(ctx.info):
+        spec = ctx.spec("conv")
+        if spec.shader == "convolution_tiled":
             wanted = _conv_shaders.tiled_groups(output.shape, self.group)
-            groups = capped_groups(wanted, ctx.info)
-            ctx.dispatch("conv", buffers, push, groups)
-            return
-        shader, cols, chans = self.shader(ctx.info)
-        if shader == "convolutiondepthwise" and self._flat_columns(ctx.info):
-            blocks = math.ceil(ow / cols) * oh
+        elif spec.shader == "convolutiondepthwise" and spec.specializations[-1]:  # flat columns
+            blocks = math.ceil(ow / int(spec.specializations[-1])) * oh
             wanted = (math.ceil(blocks / _conv_shaders.TILED_LOCAL[0]), 1, oc)
         else:
-            wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), math.ceil(oc / chans))
+            depthwise = spec.shader == "convolutiondepthwise"
+            cols = _conv_shaders.DEPTHWISE_COLUMNS if depthwise else 1
+            wanted = (math.ceil(ow / (cols * 8)), math.ceil(oh / 8), oc)
         ctx.dispatch("conv", buffers, push, capped_groups(wanted, ctx.info))
 
     def _record_winograd(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
@@ -557,5 +561,8 @@ class ConvolutionDepthWise(Convolution):
         one_input_per_group = self.weight_data_size == self.num_output * self.maxk
         if self.group > 1 and self.num_output == self.group and one_input_per_group:
             flat = self._flat_columns(info)
-            return ("convolutiondepthwise", _conv_shaders.DEPTHWISE_FLAT_COLUMNS if flat else 4, 1)
+            columns = (
+                _conv_shaders.DEPTHWISE_FLAT_COLUMNS if flat else _conv_shaders.DEPTHWISE_COLUMNS
+            )
+            return ("convolutiondepthwise", columns, 1)
         return super().shader(info)

@@ -154,7 +154,7 @@ class Deconvolution(ConvParams):
         oc, oh, ow = outputs[0].shape
         left, top = self._crop(w, h, ow, oh)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
-        if self._tiled(ctx.info):
+        if ctx.spec("deconv").shader == "deconvolution_tiled":  # as chosen at load
             strides = (self.stride_h, self.stride_w)
             wanted = _conv_shaders.deconv_tiled_groups(outputs[0].shape, strides)
         else:

@@ -149,8 +149,10 @@ class InnerProduct(Layer):
         def multiply(source: GpuBlob) -> None:
             push = pack_push("2i", source.size, self.num_output)
             bindings = blobs_and_weights(ctx, [source], outputs)
-            if on_cpu_devices(FLAT_OUTPUTS, ctx.info):
-                per_invocation = BLOCK if self._blocked(ctx.info) else 1
+            spec = ctx.spec("ip")  # as chosen at load: blocked, or flat (its last constant)
+            blocked = spec.shader == "innerproduct_blocked"
+            if blocked or spec.specializations[-1]:
+                per_invocation = BLOCK if blocked else 1
                 invocations = math.ceil(self.num_output / per_invocation)
                 wanted = (math.ceil(invocations / FLAT_LOCAL[0]), 1, 1)
                 ctx.dispatch("ip", bindings, push, capped_groups(wanted, ctx.info))

@@ -288,7 +288,7 @@ class Pooling(Layer):
             pads = self._gpu_pads(w, h)
             oh, ow = (out[1], out[2]) if len(out) == 3 else (1, 1)
         push = pack_push("13i", w, h, c, ow, oh, kw, kh, sw, sh, *pads)
-        if on_cpu_devices(FLAT_OUTPUTS, ctx.info):
+        if ctx.spec("pool").specializations[3]:  # flat outputs, as chosen at load
             wanted = (math.ceil(ow * oh * c / FLAT_LOCAL[0]), 1, 1)
         else:
             wanted = (math.ceil(ow / 8), math.ceil(oh / 8), c)

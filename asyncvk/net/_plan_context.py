@@ -11,7 +11,7 @@ import numpy as np
 
 from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer
-from ..layers._gpu_api import GpuBlob
+from ..layers._gpu_api import GpuBlob, PipelineSpec
 
 if TYPE_CHECKING:
     from ..gpu._pipeline import PipelineArtifact
@@ -59,6 +59,9 @@ class PlanContext:
 
     def has_pipeline(self, key: str) -> bool:
         return key in self._node.pipelines
+
+    def spec(self, key: str) -> PipelineSpec:
+        return self._node.gpu_layer.pipeline_specs()[key]
 
     def scratch(self, nbytes: int) -> Buffer:
         buf = self._plan.device.allocate(max(nbytes, 4))

@@ -156,6 +156,7 @@ class _CaptureContext:
     """A RecordContext that only collects ``(pipeline key, push bytes)`` of each dispatch."""
 
     info: GpuInfo
+    specs: Mapping[str, PipelineSpec]
 
     def __post_init__(self) -> None:
         self.dispatches: list[tuple[str, bytes]] = []
@@ -172,6 +173,9 @@ class _CaptureContext:
 
     def has_pipeline(self, key: str) -> bool:
         return False  # background pipelines are not baked: a load would wait for them
+
+    def spec(self, key: str) -> PipelineSpec:
+        return self.specs[key]
 
     def scratch(self, nbytes: int) -> Any:
         raise _NotCapturable("scratch")
@@ -195,7 +199,7 @@ def capture_dispatches(
     try:
         if not layer.supports(list(inputs)):
             return []
-        ctx = _CaptureContext(info)
+        ctx = _CaptureContext(info, layer.pipeline_specs())
         blobs_in = [GpuBlob(_Placeholder(), tuple(s)) for s in inputs]  # type: ignore[arg-type]
         blobs_out = [GpuBlob(_Placeholder(), tuple(s)) for s in outputs]  # type: ignore[arg-type]
         layer.record(ctx, blobs_in, blobs_out)
