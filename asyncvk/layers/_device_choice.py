@@ -1,9 +1,10 @@
 """The rule of the shader and recording choices that win on CPU devices (lavapipe) only.
 
 Each such choice is a module setting, so a test can force it: "cpu" (the default: CPU devices
-take it, GPUs do not), "always" or "never". A layer reads it when its pipelines and weights are
-chosen at load; recording reads the choice back from the pipelines built
-(``RecordContext.spec``), so a setting changed later applies from the next load.
+take it, GPUs do not), "always" or "never". A choice that pipelines or weights depend on is
+made when they are chosen at load, and recording reads it back from the pipelines built
+(``RecordContext.spec``): a setting changed later applies from the next load. A choice with no
+pipeline of its own (a Concat's buffer copies) is made when a plan is recorded.
 """
 
 from __future__ import annotations
