@@ -602,6 +602,10 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
     def specs(params: dict[int, int | float], info: GpuInfo) -> set[str]:
         return set(layer(params).pipeline_specs(GpuTarget(ShaderOptions(), info)))
 
+    def records(params: dict[int, int | float], info: GpuInfo, output: tuple[int, int, int]) -> str:
+        """What a plan records ``output`` with once the pipelines chosen on ``info`` are built."""
+        return layer(params)._path(output, specs(params, info).__contains__)
+
     gpu = dataclasses.replace(device.info, device_type=2)  # a discrete GPU, as far as asked
     cpu = dataclasses.replace(device.info, device_type=4)
     taps, channels = _conv_shaders.GEMM_BOUNDS
@@ -618,16 +622,15 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
     for params, fewest in zip((pointwise, wide), _conv_shaders.GEMM_WORK, strict=True):
         per_row = channels * 64 * params[6] // channels  # one 64-pixel row of output
         rows = math.ceil(fewest / per_row)
-        assert layer(params)._gemm_for(gpu, (channels, rows, 64))
-        assert not layer(params)._gemm_for(gpu, (channels, rows - 1, 64))
-        assert not layer(params)._gemm_for(cpu, (channels, rows, 64))
+        assert records(params, gpu, (channels, rows, 64)) == "gemm"
+        assert records(params, gpu, (channels, rows - 1, 64)) != "gemm"
+        assert records(params, cpu, (channels, rows, 64)) != "gemm"
     # before split-K: a deep 1x1 layer on a 7x7 map with enough channel tiles
     deep = {0: 2048, 1: 1, 6: 2048 * 1024}
     assert {"conv_gemm", "conv_splitk"} <= specs(deep, gpu)
-    assert layer(deep)._gemm_for(gpu, (2048, 7, 7))
-    assert not layer(deep)._splitk_for(gpu, (2048, 7, 7))
+    assert records(deep, gpu, (2048, 7, 7)) == "gemm"  # not split-K
     small = {0: 32, 1: 1, 6: 32 * 1024}
-    assert layer(small)._splitk_for(gpu, (32, 7, 7))  # 1.6M multiply-adds: split-K
+    assert records(small, gpu, (32, 7, 7)) == "splitk"  # 1.6M multiply-adds
     # taps split over workgroups when the tiles alone do not fill the GPU
     step = _conv_shaders.GEMM_STEP
     assert _conv_shaders.gemm_split_taps((512, 112, 112), 4608) >= 4608  # 1568 tiles: whole
@@ -758,6 +761,10 @@ def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -
     def specs(params: dict[int, int | float], info: GpuInfo) -> set[str]:
         return set(layer(params).pipeline_specs(GpuTarget(ShaderOptions(), info)))
 
+    def records(params: dict[int, int | float], info: GpuInfo, output: tuple[int, int, int]) -> str:
+        """What a plan records ``output`` with once the pipelines chosen on ``info`` are built."""
+        return layer(params)._path(output, specs(params, info).__contains__)
+
     if not device.info.subgroup_operations & 0x4:
         pytest.skip("no subgroup arithmetic on this device")
     gpu = dataclasses.replace(device.info, device_type=2)  # a discrete GPU, as far as asked
@@ -768,14 +775,14 @@ def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -
     assert specs({**deep, 7: 2, 6: 8 * taps // 2}, gpu) == {"conv"}  # grouped
     assert specs(deep, device.info) == ({"conv"} if device.info.is_cpu else {"conv", "conv_splitk"})
     # which one a plan records: by the output map and the output count
-    assert layer(deep)._splitk_for(gpu, (8, 7, 7))
-    assert not layer(deep)._splitk_for(gpu, (8, most_pixels + 1, 1))
-    assert not layer(deep)._splitk_for(gpu, (most_outputs // 49 + 1, 7, 7))
+    assert records(deep, gpu, (8, 7, 7)) == "splitk"
+    assert records(deep, gpu, (8, most_pixels + 1, 1)) == "conv"
+    assert records(deep, gpu, (most_outputs // 49 + 1, 7, 7)) == "conv"
     spatial_taps, spatial_pixels, _ = _conv_shaders.SPLITK_SPATIAL
     side = int(spatial_pixels**0.5)
     k3 = {0: 8, 1: 3, 6: 8 * 9 * (spatial_taps // 9 + 1)}
-    assert layer(k3)._splitk_for(gpu, (8, 7, 7))
-    assert not layer(k3)._splitk_for(gpu, (8, side + 1, side + 1))
+    assert records(k3, gpu, (8, 7, 7)) == "splitk"
+    assert records(k3, gpu, (8, side + 1, side + 1)) == "conv"
 
 
 LINE_CASES = [

@@ -222,6 +222,24 @@ async def test_hinted_pipelines_give_the_same_outputs(
     assert np.linalg.norm(y1 - ref) / np.linalg.norm(ref) < 2e-3
 
 
+async def test_split_k_layers_dispatch_their_baked_pipelines(
+    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dry record that picks what to bake takes the pipelines a load builds (split-K's,
+    not the background ones): every baked pipeline is one the plan then dispatches."""
+    from asyncvk.layers import _conv_shaders
+
+    monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always")
+    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")
+    model = "squeezenet"
+    x = np.load(MODELS / model / "input.npy")
+    param = hinted_param(model, tuple(x.shape[-3:]), tmp_path / "h.param")
+    y, _, baked, dispatches = await infer(param, model, x, hints=True)
+    assert baked > 0 and dispatches >= baked
+    ref = np.load(MODELS / model / "output.npy")
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3
+
+
 async def test_other_input_sizes_fall_back_to_generic_pipelines(
     device: VulkanDevice, tmp_path: Path
 ) -> None:

@@ -35,12 +35,13 @@ class GpuLayer:
         recording reads them back (``RecordContext.spec``)."""
         if self._specs is None:
             self._specs = self.layer.pipeline_specs(self.target)
+            self._background = self.layer.background_pipelines(self.target)
         return self._specs
 
     def background_pipelines(self) -> frozenset[str]:
-        """Which of them a load does not wait for, chosen once as they are."""
-        if self._background is None:
-            self._background = self.layer.background_pipelines(self.target)
+        """Which of them a load does not wait for, chosen with them."""
+        self.pipeline_specs()
+        assert self._background is not None
         return self._background
 
     def weights(self) -> dict[str, np.ndarray]:

@@ -8,6 +8,7 @@ Weights keep ncnn's order: (num_output, num_input / group, kernel_h, kernel_w), 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -347,25 +348,24 @@ class Convolution(ConvParams):
             return False
         return _conv_shaders.offered(info, self.taps, (self.kernel_w, self.kernel_h))
 
-    def _splitk_for(self, info: GpuInfo, output: Shape) -> bool:
-        """Whether a plan records this layer's ``output`` with the split-K shader."""
-        return (
-            self._splitk(info)
-            and _conv_shaders.chosen(output, (self.kernel_w, self.kernel_h))
-            and not self._gemm_for(info, output)
-        )
-
     def _gemm(self, info: GpuInfo) -> bool:
         """Whether this layer also gets convolution_gemm.comp (used when the output is large)."""
         if self.group != 1 or self.int8_requested or self._tiled(info) or self._winograd(info):
             return False
         return _conv_shaders.gemm_offered(info, self.taps, self.num_output)
 
-    def _gemm_for(self, info: GpuInfo, output: Shape) -> bool:
-        """Whether a plan records this layer's ``output`` with the GEMM shader (before split-K:
-        a 1x1 layer of 2048 channels on a 7x7 map ran in 0.03 ms with it against 0.29 ms)."""
+    def _path(self, output: Shape, built: Callable[[str], bool]) -> str:
+        """Which pipelines a plan records ``output`` with, of those ``built`` (chosen at load
+        and built by now): "winograd", "gemm" (before split-K: a 1x1 layer of 2048 channels on
+        a 7x7 map ran in 0.03 ms with it against 0.29 ms), "splitk" or "conv"."""
+        if all(map(built, _WINOGRAD_KEYS)):  # chosen only where Winograd runs
+            return "winograd"
         kernel = (self.kernel_w, self.kernel_h)
-        return self._gemm(info) and _conv_shaders.gemm_chosen(output, kernel, self.taps)
+        if all(map(built, _GEMM_KEYS)) and _conv_shaders.gemm_chosen(output, kernel, self.taps):
+            return "gemm"
+        if built("conv_splitk") and _conv_shaders.chosen(output, kernel):
+            return "splitk"
+        return "conv"
 
     def shader(self, info: GpuInfo) -> tuple[str, int, int]:
         """The shader, and the output columns and channels one invocation computes."""
@@ -449,9 +449,10 @@ class Convolution(ConvParams):
             _int8.record(ctx, self.int8, inputs[0], outputs[0], self.num_output, convolve)
 
     def _record_conv(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
-        """The choices made at load, read back from the pipelines built (``ctx.spec``): which
-        alternatives exist, which shader "conv" is, and its layout constants."""
-        if all(map(ctx.has_pipeline, _WINOGRAD_KEYS)):  # built only where Winograd was chosen
+        """The choices made at load, read back from the pipelines built: which alternatives
+        exist (``_path``), which shader "conv" is and its layout constants (``ctx.spec``)."""
+        path = self._path(output.shape, ctx.has_pipeline)
+        if path == "winograd":
             self._record_winograd(ctx, source, output)
             return
         c, h, w = source.shape
@@ -459,12 +460,10 @@ class Convolution(ConvParams):
         left, top = self._gpu_pads(w, h)
         push = pack_push("8i", w, h, c, ow, oh, oc, left, top)
         buffers = blobs_and_weights(ctx, [source], [output])
-        kernel = (self.kernel_w, self.kernel_h)
-        gemm = _conv_shaders.gemm_chosen(output.shape, kernel, self.taps)
-        if gemm and all(map(ctx.has_pipeline, _GEMM_KEYS)):
+        if path == "gemm":
             self._record_gemm(ctx, buffers, push, output)
             return
-        if ctx.has_pipeline("conv_splitk") and _conv_shaders.chosen(output.shape, kernel):
+        if path == "splitk":
             groups = capped_groups((_conv_shaders.groups(ctx.info, output.shape), 1, 1), ctx.info)
             ctx.dispatch("conv_splitk", buffers, push, groups)
             return

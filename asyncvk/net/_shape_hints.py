@@ -157,6 +157,8 @@ class _CaptureContext:
 
     info: GpuInfo
     specs: Mapping[str, PipelineSpec]
+    #: pipelines a load does not wait for: never baked (the load would wait for them)
+    background: frozenset[str]
 
     def __post_init__(self) -> None:
         self.dispatches: list[tuple[str, bytes]] = []
@@ -172,7 +174,7 @@ class _CaptureContext:
         return _Placeholder()
 
     def has_pipeline(self, key: str) -> bool:
-        return False  # background pipelines are not baked: a load would wait for them
+        return key in self.specs and key not in self.background
 
     def spec(self, key: str) -> PipelineSpec:
         return self.specs[key]
@@ -199,7 +201,7 @@ def capture_dispatches(
     try:
         if not layer.supports(list(inputs)):
             return []
-        ctx = _CaptureContext(info, layer.pipeline_specs())
+        ctx = _CaptureContext(info, layer.pipeline_specs(), layer.background_pipelines())
         blobs_in = [GpuBlob(_Placeholder(), tuple(s)) for s in inputs]  # type: ignore[arg-type]
         blobs_out = [GpuBlob(_Placeholder(), tuple(s)) for s in outputs]  # type: ignore[arg-type]
         layer.record(ctx, blobs_in, blobs_out)
