@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -48,6 +49,19 @@ def run_child(code: str, *args: str, timeout: float = 900) -> dict[str, Any]:
         raise RuntimeError(f"child {list(args)} failed:\n{out.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
+
+
+def spread(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Median, min and max of each value the first sample has, over the samples that have it."""
+    out: dict[str, dict[str, float]] = {}
+    for key in samples[0]:
+        values = [s[key] for s in samples if key in s]
+        out[key] = {
+            "median": round(statistics.median(values), 4),
+            "min": round(min(values), 4),
+            "max": round(max(values), 4),
+        }
+    return out
 
 
 def emit(report: dict[str, Any], out: str | None, *, indent: int = 2) -> None:

@@ -14,10 +14,8 @@ dataclasses and as ``msgspec.Struct`` (C).
 from __future__ import annotations
 
 import argparse
-import statistics
-from typing import Any
 
-from _common import emit, run_child
+from _common import emit, run_child, spread
 
 CHILD = r"""
 import json, sys, time
@@ -67,15 +65,7 @@ def main() -> None:
     ap.add_argument("--out")
     args = ap.parse_args()
     samples = [run_child(CHILD) for _ in range(args.processes)]
-    summary: dict[str, Any] = {}
-    for key in samples[0]:
-        values = [s[key] for s in samples if key in s]
-        summary[key] = {
-            "median": round(statistics.median(values), 4),
-            "min": round(min(values), 4),
-            "max": round(max(values), 4),
-        }
-    emit({"processes": args.processes, "summary": summary, "samples": samples}, args.out)
+    emit({"processes": args.processes, "summary": spread(samples), "samples": samples}, args.out)
 
 
 if __name__ == "__main__":

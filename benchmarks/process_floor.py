@@ -21,14 +21,11 @@ report shows which of the host's speeds each process drew.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
-from _common import child_env, emit
+from _common import emit, run_child, spread
 
 #: Seconds since the kernel started this process, as ``asyncvk._process_clock`` reads them,
 #: written out so that the pure cases import nothing of asyncvk.
@@ -91,28 +88,11 @@ CASES: dict[str, str] = {
 
 
 def _child(code: str) -> dict[str, Any]:
+    """A fresh process's marks, and the parent's wall time from its spawn to its exit."""
     t0 = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=120
-    )
-    wall = time.perf_counter() - t0
-    if out.returncode != 0:
-        raise RuntimeError(f"child failed:\n{out.stderr[-2000:]}")
-    marks: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    marks["parent_wall_s"] = wall
+    marks = run_child(code, timeout=120)
+    marks["parent_wall_s"] = time.perf_counter() - t0
     return marks
-
-
-def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in samples[0]:
-        values = [s[key] for s in samples]
-        out[key] = {
-            "median": round(statistics.median(values), 4),
-            "min": round(min(values), 4),
-            "max": round(max(values), 4),
-        }
-    return out
 
 
 def main() -> None:
@@ -135,7 +115,7 @@ def main() -> None:
         "python": sys.version.split()[0],
         "processes": args.processes,
         "clock": "seconds from the kernel's start of the child (/proc/self/stat) to each mark",
-        "cases": {n: {"summary": _summary(s), "samples": s} for n, s in samples.items()},
+        "cases": {n: {"summary": spread(s), "samples": s} for n, s in samples.items()},
     }
     emit(report, args.out)
 

@@ -11,7 +11,8 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from ncnn_oracle import Model, assert_close, tagged, write_model
+from ncnn_oracle import assert_close, tagged, write_model
+from test_models import rel_l2
 
 from asyncvk import Net, Option
 from asyncvk.gpu import VulkanDevice
@@ -44,10 +45,6 @@ def _choose(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
         monkeypatch.setattr(module, name, value)
 
 
-def rel_l2(y: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.linalg.norm(y.astype(np.float64) - ref) / np.linalg.norm(ref))
-
-
 # cunet: Deconvolution, InnerProduct, Pooling, BinaryOp; shufflenetv2: Concat, depthwise
 # convolutions; resnet18: 3x3 layers of 64 channels and more (Winograd once it is built)
 @pytest.mark.parametrize("model", ["cunet", "shufflenetv2", "resnet18"])
@@ -74,48 +71,41 @@ async def test_a_model_records_what_it_loaded(
             await net.background_builds()
 
 
+_RNG = np.random.default_rng(3)
+_A, _B = _RNG.standard_normal((35, 12), np.float32), _RNG.standard_normal((12, 66), np.float32)
+_X, _Z = _RNG.standard_normal((2, 3, 4, 5), np.float32)
+#: One-layer models whose two shaders take different push constants and workgroups:
+#: gemm_tiled.comp and gemm.comp; binary_flat.comp (the element count) and binary.comp (the
+#: shapes and strides). Each: its layers after the header, weights, inputs, expected out0.
+LAYERS = {
+    "gemm": (
+        "Input in0 0 1 in0\nGemm gemm 1 1 in0 out0 5=1 8=66 9=12",
+        [tagged(_B)],
+        {"in0": _A},
+        _A @ _B,
+    ),
+    "eltwise": (
+        "Input in0 0 1 in0\nInput in1 0 1 in1\nEltwise sum 2 1 in0 in1 out0 0=1",
+        [],
+        {"in0": _X, "in1": _Z},
+        _X + _Z,
+    ),
+}
+
+
+@pytest.mark.parametrize("layer", LAYERS)
 @pytest.mark.parametrize(("at_load", "at_record"), FLIPS)
-async def test_a_gemm_records_the_shader_it_loaded(
+async def test_a_layer_records_the_shader_it_loaded(
     device: VulkanDevice,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    layer: str,
     at_load: str,
     at_record: str,
 ) -> None:
-    """gemm_tiled.comp and gemm.comp take different push constants and workgroups."""
-    rng = np.random.default_rng(3)
-    a, b = rng.standard_normal((35, 12), np.float32), rng.standard_normal((12, 66), np.float32)
-    text = "7767517\n2 2\nInput in0 0 1 in0\nGemm gemm 1 1 in0 out0 5=1 8=66 9=12\n"
-    model = write_model(tmp_path, text, [tagged(b)])
-    y = await _run_flipped(monkeypatch, model, {"in0": a}, at_load, at_record)
-    assert_close(y, a @ b, "gemm")
-
-
-@pytest.mark.parametrize(("at_load", "at_record"), FLIPS)
-async def test_an_eltwise_records_the_shader_it_loaded(
-    device: VulkanDevice,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    at_load: str,
-    at_record: str,
-) -> None:
-    """binary_flat.comp takes the element count, binary.comp the shapes and strides."""
-    rng = np.random.default_rng(4)
-    x, z = rng.standard_normal((2, 3, 4, 5), np.float32)
-    text = "7767517\n3 3\nInput in0 0 1 in0\nInput in1 0 1 in1\nEltwise sum 2 1 in0 in1 out0 0=1\n"
-    model = write_model(tmp_path, text, [])
-    y = await _run_flipped(monkeypatch, model, {"in0": x, "in1": z}, at_load, at_record)
-    assert_close(y, x + z, "eltwise")
-
-
-async def _run_flipped(
-    monkeypatch: pytest.MonkeyPatch,
-    model: Model,
-    inputs: dict[str, np.ndarray],
-    at_load: str,
-    at_record: str,
-) -> np.ndarray:
-    """out0 of a one-layer model loaded with every setting ``at_load``, run with ``at_record``."""
+    lines, weights, inputs, expected = LAYERS[layer]
+    text = f"7767517\n{lines.count(chr(10)) + 1} {len(inputs) + 1}\n{lines}\n"
+    model = write_model(tmp_path, text, weights)
     _choose(monkeypatch, at_load)
     async with Net(Option(use_vulkan_compute=True)) as net:
         await net.load_param(model.param)
@@ -124,4 +114,4 @@ async def _run_flipped(
         ex = net.create_extractor()
         for name, array in inputs.items():
             ex.input(name, array)
-        return await ex.extract("out0")
+        assert_close(await ex.extract("out0"), expected, layer)
