@@ -1,6 +1,8 @@
 """Only here for what pyproject.toml cannot express: ``cffi_modules``, shipping the
-top-level ``shaders/`` folder inside the wheel as ``asyncvk/shaders``, and compiling every
-builtin shader to SPIR-V once the compiler's extension is built (``shader/_packaged``)."""
+top-level ``shaders/`` folder inside the wheel as ``asyncvk/shaders``, compiling every
+builtin shader to SPIR-V once the compiler's extension is built (``shader/_packaged``), and
+tagging the wheel ``abi3``: cffi builds both extensions against the stable ABI, so one wheel
+serves every CPython from 3.11 on (``tools/build-wheel.sh`` makes the one users install)."""
 
 import os
 import subprocess
@@ -51,4 +53,5 @@ setup(
         "asyncvk/layers/_detect_build.py:ffibuilder",
     ],
     cmdclass={"build_py": BuildPyWithShaders, "build_ext": BuildExtWithSpirv},
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
 )

@@ -800,7 +800,7 @@ def test_without_the_redis_package_the_error_names_it(tmp_path: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 1
-    assert "needs the 'redis' package" in proc.stderr and "asyncvk[remote]" in proc.stderr
+    assert "needs the 'redis' package" in proc.stderr and "asyncvk-runtime[remote]" in proc.stderr
 
 
 def test_cache_push_and_pull(server: RedisServer, tmp_path: Path) -> None:

@@ -205,7 +205,7 @@ def _missing_package(settings: RemoteSettings, cause: ImportError | None = None)
     why = "" if cause is None else f": {cause}"
     return ValueError(
         f"the remote cache {settings.display} needs the 'redis' package "
-        f"(pip install 'asyncvk[remote]'){why}"
+        f"(pip install 'asyncvk-runtime[remote]'){why}"
     )
 
 

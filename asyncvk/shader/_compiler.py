@@ -20,8 +20,10 @@ try:
     from . import _shaderc_cffi  # built at install time; Any to mypy (the package's __getattr__)
 except ImportError as exc:  # pragma: no cover - a broken install
     raise ImportError(
-        "asyncvk's shaderc extension is missing: reinstall asyncvk with libshaderc-dev, "
-        "glslang-dev and spirv-tools present (see README)"
+        "asyncvk's GLSL compiler (its shaderc extension) is missing: the builtin shaders "
+        "need it only where the install's SPIR-V lacks them, your own GLSL always. "
+        "Install the wheel (pip install asyncvk-runtime), or build from source with "
+        "libshaderc-dev, glslang-dev, spirv-tools and g++ present (tools/install.sh)"
     ) from exc
 
 _ffi: Any = _shaderc_cffi.ffi
