@@ -220,9 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog="asyncvk",
-        description="Load ncnn models and run them on any Vulkan GPU, with a pipeline cache "
-        "that makes cold starts fast. Every command takes --json; errors print one line and "
-        "exit non-zero (--debug shows the traceback).",
+        description="Load ncnn models and run them on any Vulkan GPU, starting fast: shaders "
+        "compiled at install, pipelines built concurrently, a pipeline cache for fresh machines "
+        "and fleets. Every command takes --json; errors print one line and exit non-zero "
+        "(--debug shows the traceback).",
     )
     parser.add_argument("--version", action="version", version=f"asyncvk {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")

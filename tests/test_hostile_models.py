@@ -1,4 +1,4 @@
-"""Hostile model files (issue 20): whatever a .param/.bin holds, loading and running it ends in a
+"""Hostile model files: whatever a .param/.bin holds, loading and running it ends in a
 ModelFormatError (load time) or a PlanError (a blob too large for the input given), naming the
 file, line and layer; never a traceback from inside, a memory blow-up or a silently wrong result.
 NaN planted in the weights comes out where ncnn's reference layers (src/layer/*.cpp) put it.

@@ -151,7 +151,7 @@ def _net_modules_reached(start: str) -> set[str]:
 
 def test_a_plan_never_sees_the_net() -> None:
     """Plan(graph, gpu_model, shapes, target) is made from the parsed graph and what one load
-    holds on a device (issue 14): it neither imports the Net's module, nor takes, names or
+    holds on a device: it neither imports the Net's module, nor takes, names or
     reads a Net (``plan.net.device`` was how it found its device)."""
     from asyncvk.net._plan import Plan
 

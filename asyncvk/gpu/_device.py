@@ -92,7 +92,7 @@ def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
 
 
 class VulkanDevice:
-    """A logical device with one compute queue. Shared per index: see :func:`get_gpu_device`."""
+    """A logical device with one compute queue. Shared per index: see ``get_gpu_device``."""
 
     def __init__(self, index: int, *, quirks: Quirks | None = None) -> None:
         inst = instance()

@@ -323,7 +323,7 @@ def get_gpu_count() -> int:
 
 
 def get_gpu_info(index: int | None = None) -> GpuInfo:
-    """Identity and capabilities of device ``index`` (default: :func:`get_default_gpu_index`)."""
+    """Identity and capabilities of device ``index`` (None: the default device)."""
     infos = instance().infos
     i = get_default_gpu_index() if index is None else index
     if not 0 <= i < len(infos):

@@ -74,7 +74,7 @@ class Net:
     model: extractions still running finish on the old one, then everything it held on the
     device (weights, plans with their command buffers, descriptor pools and blob arenas) is
     released before the new model is read. Pipelines belong to the PipelineCache and stay.
-    Extractors made before the reload are refused (see :class:`Extractor`).
+    Extractors made before the reload are refused (see ``Extractor``).
     """
 
     def __init__(self, opt: Option | None = None) -> None:
@@ -355,7 +355,7 @@ class Net:
 
     async def aclose(self) -> None:
         """Wait for the background builds, flush the cache folder's background save, then
-        :meth:`close`: a cache saved after ``async with Net(...)`` holds every pipeline built."""
+        ``close()``: a cache saved after ``async with Net(...)`` holds every pipeline built."""
         if not self._closed:
             await self.background_builds()
             try:

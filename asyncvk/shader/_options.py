@@ -78,7 +78,7 @@ class ShaderOptions:
 
     @classmethod
     def from_bits(cls, bits: int) -> ShaderOptions:
-        """The options whose :attr:`bits` are ``bits`` (0-31)."""
+        """The options whose ``bits`` are ``bits`` (0-31)."""
         if not 0 <= bits < 32:
             raise ValueError(f"option bits {bits} out of range 0-31")
         return cls(
