@@ -7,8 +7,8 @@ layer's inputs and params; then a fresh process per implementation (``--variant 
 checkout whose ``asyncvk`` is imported) times the layer's ``forward`` alone, median of
 ``--calls``. Outputs are compared bit for bit with the first variant's.
 
-    python benchmarks/detection_host.py --models /tmp/s8det/* \\
-        --variant base=/tmp/det-base --variant now=. \\
+    python benchmarks/detection_host.py --models SUITE_DIR/mobilenet_yolo SUITE_DIR/yolov4-tiny \\
+        --variant base=OTHER_CHECKOUT --variant now=. \\
         --out benchmarks/results/detection_host_lavapipe.json
 """
 

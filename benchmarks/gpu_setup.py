@@ -6,7 +6,7 @@ device enumeration and queries, vkCreateDevice, and asyncvk's own device object.
 Each sample runs in a fresh interpreter, since every step is a once-per-process cost.
 
 ``--features`` instead compares vkCreateDevice with no optional features enabled against every
-supported feature enabled (what asyncvk did first), one fresh process per sample, alternating.
+supported feature enabled, one fresh process per sample, alternating.
 """
 
 from __future__ import annotations

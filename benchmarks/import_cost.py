@@ -7,8 +7,8 @@ dataclasses (each generated method is compiled from source at import).
 Each sample is a fresh interpreter that imports numpy, asyncio and vulkan first, then times
 ``asyncvk.cli`` and ``asyncvk._runner`` (which bring the net, cache, gpu and layer modules) with
 ``dataclasses``' class processing timed alongside. Where ``msgspec`` is importable it also times
-the alternative looked at in session 18: its import, and 40 frozen eight-field classes made as
-dataclasses and as ``msgspec.Struct`` (C).
+an alternative: its import, and 40 frozen eight-field classes made as dataclasses and as
+``msgspec.Struct`` (C).
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ VARIANTS = (
 
 def _host_python_loop_ms() -> float:
     """This process's host speed after its runs: host_speed.py's pure-Python loop (the same
-    work in every process; on the device tool's machines it takes 5 or 9 ms by the core)."""
+    work in every process; on the H100 hosts measured it takes about 6 or 10 ms, by the core)."""
     from host_speed import measure_python_loop
 
     return measure_python_loop()

@@ -17,27 +17,21 @@ import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-#: (label, the keys a result row may hold it under: a plain run, or a --variant run's "now")
+#: (label, the key of a result row that holds it)
 SERIES = [
-    ("ncnn cold", ("ncnn_cold",)),
-    ("asyncvk cold", ("asyncvk_cold", "now_cold")),
-    ("asyncvk warm (cache file)", ("asyncvk_warm", "now_warm")),
+    ("ncnn cold", "ncnn_cold"),
+    ("asyncvk cold", "asyncvk_cold"),
+    ("asyncvk warm (cache file)", "asyncvk_warm"),
 ]
 #: panel title -> the JSON files whose model rows it draws, in order
 PANELS = {
-    "NVIDIA H100, tests/models, median of 3 fresh processes": ["cold_start_h100.json"],
-    "NVIDIA H100, ncnn's benchmark models, 1 fresh process each": [
-        "cold_start_suite_h100.json",
-        "cold_start_suite_rest_h100.json",
-    ],
+    "NVIDIA H100, tests/models, median of 3 fresh processes": ["cold_start_tests_h100.json"],
+    "NVIDIA H100, ncnn's benchmark models, 1 fresh process each": ["cold_start_suite_h100.json"],
 }
 
 
-def _seconds(row: dict[str, Any], keys: tuple[str, ...]) -> float:
-    for key in keys:
-        if isinstance(row.get(key), dict):
-            return float(row[key].get("first_output_s") or 0)
-    return 0.0
+def _seconds(row: dict[str, Any], key: str) -> float:
+    return float((row.get(key) or {}).get("first_output_s") or 0)
 
 
 def main() -> int:
@@ -46,8 +40,8 @@ def main() -> int:
         rows = [m for name in files for m in json.loads((RESULTS / name).read_text())["models"]]
         models = [m["model"] for m in rows]
         width = 0.27
-        for i, (label, keys) in enumerate(SERIES):
-            values = [_seconds(m, keys) for m in rows]
+        for i, (label, key) in enumerate(SERIES):
+            values = [_seconds(m, key) for m in rows]
             ax.bar([x + (i - 1) * width for x in range(len(models))], values, width, label=label)
         ax.set_xticks(range(len(models)), models, rotation=35, ha="right", fontsize=8)
         ax.set_ylabel("process start to\nfirst output (s)")

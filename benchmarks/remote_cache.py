@@ -6,10 +6,10 @@
 Each sample is a fresh ``asyncvk run`` process, timed by ``cold_start``'s clock (spawn to the
 moment the first output is in hand, ``first_output_s``; the in-process ``load_model_s`` beside):
 
-* ``local_file``: ``--cache FILE``, a file a cold run saved (the baseline of goal 1).
+* ``local_file``: ``--cache FILE``, a file a cold run saved (the baseline of ``remote_warm``).
 * ``remote_warm``: a fresh, empty ``--cache-dir`` and ``--remote-cache`` on a Redis that a cold
   run filled: a second machine of the fleet. Goal: within 10% of ``local_file``.
-* ``no_remote_cold``: an empty cache folder, no remote cache (the baseline of goal 2).
+* ``no_remote_cold``: an empty cache folder, no remote cache (the baseline of ``remote_down_cold``).
 * ``remote_down_cold``: the same with ``--remote-cache`` on a port nobody listens on. Goal:
   within 5% of ``no_remote_cold`` (the timeout does not stall it).
 * ``local_file_remote_down``: ``local_file`` with Redis down.

@@ -21,7 +21,7 @@ The implicit-GEMM shader stages 64 channels x 64 pixels x 16 taps in shared memo
 invocation accumulates 4 x 4 outputs, and a layer whose output makes too few 64 x 64 tiles to
 fill the GPU splits its taps over workgroups (a second pass adds the parts). Timing 115
 distinct layers of 10 models with every shader on the H100 (2026-11-23,
-``benchmarks/conv_shaders.py``, ``results/conv_shaders_split_h100.json``), it won wherever a
+``benchmarks/conv_shaders.py``, ``results/conv_shaders_h100.json``), it won wherever a
 layer has work enough to hide its fixed 13-35 us: from 2M multiply-adds for 1x1 kernels and
 4M for larger ones (vgg16's 3x3 layers 3.7-5.9x faster, resnet50's 1x1 and 3x3 ones 2.5-6x);
 that rule costs 0.7% over picking the faster shader per layer, and 47% less than never using
@@ -231,7 +231,7 @@ WINOGRAD_SHADER = "cpu"
 #: the smallest harmonic mean of a layer's input and output channels (2 x in x out / (in + out))
 #: for it to run Winograd: its transforms cost per input and per output channel, its savings grow
 #: with their product. Timing the 76 distinct 3x3 stride-1 layers of 10 models both ways on
-#: lavapipe (``benchmarks/winograd_layers.py``, ``session14/winograd_layers_lavapipe.json``):
+#: lavapipe (``benchmarks/winograd_layers.py``, ``results/winograd_layers_lavapipe.json``):
 #: from 64 (64 -> 64) Winograd won 39 of 46 at 0.18-0.97x; the 7 it lost (1.05-2.7x, 7.8 ms
 #: in all) have maps of 7x7 or of 16 pixels or fewer, and one 28x28. Below 64 it lost 26 of 30
 #: (cunet's and the RRDB's 16-48 channels, vgg16's first layer, 3 -> 64: 1.1-5.5x).

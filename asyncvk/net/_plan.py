@@ -52,7 +52,7 @@ class _Segment:
 #: A CPU layer whose last run took at most this long runs on the event loop's thread: the hop
 #: to a worker and back cost 0.1-0.25 ms on the H100 (``results/fence_poll_h100.json``), and
 #: 0.3-0.5 ms for the 1-1.6 ms detection layers of yolov4-tiny and mobilenetv2_yolov3 on an
-#: H200 (``results/session12/steps_detection_h200.jsonl``), where a 1 ms bound split their
+#: H200 (``results/detection_steps_h200.jsonl``), where a 1 ms bound split their
 #: processes into two groups by which side of it their first runs fell. Longer ones go to a
 #: worker, so the loop is not held longer. One that runs inline stays inline up to twice the
 #: bound, so a layer near it does not switch from run to run.
