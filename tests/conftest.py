@@ -3,8 +3,11 @@ device identities that tests which need no GPU write into cache files."""
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +25,13 @@ os.environ.setdefault("MESA_SHADER_CACHE_DISABLE", "true")
 # The tests of compiling, counting compiles and caching compiled SPIR-V need shaders to compile:
 # the install's SPIR-V folder is off here, and on in tests/test_packaged_spirv.py.
 os.environ["ASYNCVK_PACKAGED_SPIRV"] = "0"
+# The user's cache key (asyncvk/cache/_cache_key.py) lives under XDG_CONFIG_HOME: the suite
+# makes its own, in a folder of its own, and never reads or creates the real user's.
+_CONFIG_HOME = tempfile.mkdtemp(prefix="asyncvk-test-config-")
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+os.environ.pop("ASYNCVK_CACHE_KEY", None)
+os.environ.pop("ASYNCVK_CACHE_KEY_FILE", None)
+atexit.register(shutil.rmtree, _CONFIG_HOME, True)
 
 needs_vulkan = pytest.mark.skipif(get_gpu_count() == 0, reason="no Vulkan device")
 

@@ -24,6 +24,7 @@ from pipeline_requests import build_one, run_scale_add
 from asyncvk._version import __version__
 from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.cache import _file_format as ff
+from asyncvk.cache._cache_key import local_cache_key
 from asyncvk.cache._file_format import (
     HEADER_FIELDS,
     HEADER_SIZE,
@@ -96,8 +97,8 @@ BODIES = _bodies()
 
 
 def _patch(data: bytes, field: str, value: int | bytes, *, reseal: bool = True) -> bytes:
-    """Set one header field; with ``reseal`` the header checksum is recomputed so the field's
-    own check, not the checksum, has to catch it."""
+    """Set one header field; with ``reseal`` the header's MAC is recomputed with this user's
+    cache key, so the field's own check, not the MAC, has to catch it."""
     out = bytearray(data)
     start, size = FIELDS[field]
     out[start : start + size] = (
@@ -105,7 +106,7 @@ def _patch(data: bytes, field: str, value: int | bytes, *, reseal: bool = True) 
     )
     if reseal:
         hstart, hsize = FIELDS["header_hash"]
-        out[hstart : hstart + hsize] = ff._hash16(bytes(out[:hstart]))
+        out[hstart : hstart + hsize] = local_cache_key().mac(bytes(out[:hstart]))
     return bytes(out)
 
 
@@ -207,7 +208,7 @@ class TestDescribe:
         assert statuses[0] == statuses[2] == "ok" and "checksum" in statuses[1]
         assert info["skipped"] and "'relu'" in info["skipped"][0]
         info = describe_cache(_flip(DATA, FIELDS["driver_id"][0]))
-        assert not info["valid"] and "header checksum" in info["reason"]
+        assert not info["valid"] and "header authentication failed" in info["reason"]
         assert info["header"]["driver_id"] == IDENTITY.driver_id ^ 1
 
     @pytest.mark.parametrize("data", [b"", b"AVK", b"x" * 400, DATA[: HEADER_SIZE - 1]])
@@ -248,7 +249,8 @@ def _header_flip_keyword(field: str) -> str:
         "format_version": "format version",
         "header_size": "header size",
         "endian": "endian marker",
-    }.get(field, "header checksum mismatch")
+        "key_id": "another cache key",
+    }.get(field, "header authentication failed")
 
 
 @pytest.mark.parametrize("field", HEADER_FIELDS)
@@ -575,8 +577,13 @@ def test_a_wrong_body_hashed_under_its_key_is_not_this_layers_to_catch() -> None
     assert contents.spirv[RELU] == ENTRIES[SOFTMAX]
 
 
-def test_a_format_2_file_is_a_miss_that_names_both_versions() -> None:
-    _rejected(_patch(DATA, "format_version", 2), "format version 2", "this asyncvk reads 3")
+def test_an_older_format_file_is_a_miss_that_names_both_versions() -> None:
+    older = ff.FORMAT_VERSION - 1
+    _rejected(
+        _patch(DATA, "format_version", older),
+        f"format version {older}",
+        f"this asyncvk reads {ff.FORMAT_VERSION}",
+    )
 
 
 # -- every byte, exhaustively ----------------------------------------------------------------

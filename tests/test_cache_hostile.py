@@ -255,7 +255,12 @@ def _run_cunet(cache_dir: Path, prefix: list[str]) -> subprocess.CompletedProces
         "--json",
     ]
     env = {**os.environ, "MESA_SHADER_CACHE_DISABLE": "true", "HOME": str(cache_dir.parent)}
+    # one deployment key for every user: another user can verify what this one wrote
+    env["ASYNCVK_CACHE_KEY"] = DEPLOYMENT_KEY
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+DEPLOYMENT_KEY = "5e" * 32
 
 
 def _read_only_ways(folder: Path) -> list[tuple[str, list[str]]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..gpu._identity import DeviceIdentity
+from ._cache_key import CacheKey
 from ._file_format import (
     _ENTRY,
     ENTRY_SIZE,
@@ -178,17 +179,19 @@ def decode_cache(
     *,
     expected: DeviceIdentity | None,
     source_hashes: Mapping[str, int] | None,
+    cache_key: CacheKey | None = None,
 ) -> tuple[CacheLoadResult, CacheContents | None]:
     """Validate and decode a cache file; never raises for bad content.
 
     :param expected: the identity the file must match; None accepts any (``cache inspect``).
+    :param cache_key: the key the file must be sealed with (default: this user's cache key).
     :param source_hashes: shader name -> current source hash; an entry whose shader is absent
         or whose hash differs is skipped. None keeps every well-formed entry.
     :returns: (falsy result with the reason, None) when the whole file is rejected, else
         (result with per-entry skips, contents). Nothing is returned before every check passed.
     """
     view = memoryview(data).cast("B")
-    h = _check_header(view, expected)
+    h = _check_header(view, expected, cache_key)
     if isinstance(h, str):
         return _fail(h)
     sections = _check_sections(view, h)
@@ -204,10 +207,10 @@ def decode_cache(
     entries: dict[SpirvKey, bytes] = {}
     skipped: list[str] = []
     for rec, problem in zip(records, _judge(records, source_hashes), strict=True):
-        key = rec.key
-        if problem is not None or key is None:
+        entry_key = rec.key
+        if problem is not None or entry_key is None:
             skipped.append(f"{rec.label}: {problem}")
         else:
-            entries[key] = bytes(rec.body)
+            entries[entry_key] = bytes(rec.body)
     result = CacheLoadResult(True, "loaded", len(entries), len(skipped), tuple(skipped))
     return result, CacheContents(identity, entries, bytes(sections.blob))

@@ -2,12 +2,16 @@
 
 Layout (little-endian, no padding; ``docs/cache-format.md`` is the full description)::
 
-    header       fixed struct; identity, section sizes and hashes; its own checksum at the end
+    header       fixed struct; identity, section sizes and hashes, the cache key's id; its MAC
+                 (keyed blake2b) at the end
     SPIR-V index one record per entry: key, body size, entry hash     (hashed in the header)
     SPIR-V bodies the words of each entry, in index order             (key + body in its record)
     driver blob  vkGetPipelineCacheData output; the file ends here     (hashed in the header)
 
-Every byte is covered by a checksum. The header and the index frame the file, so damage there
+Every byte is covered by a checksum, and the header's checksum is a MAC with this user's cache
+key (``_cache_key``): the header holds the hashes of everything else, so a file someone changed
+without the key fails as a whole, checksums recomputed or not. The header and the index frame
+the file, so damage there
 rejects the whole file; a body only carries words, so a damaged or outdated body is skipped
 alone and the rest of the file is still used. An entry's hash covers its key as well as its
 body, so a body that ends up under another key (a writer's bug, two bodies exchanged) fails it.
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..gpu._identity import DeviceIdentity, name_hash
+from ._cache_key import CacheKey, local_cache_key
 from ._keys import SpirvKey
 
 if TYPE_CHECKING:
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
     from ._file_inspect import read_cache_source as read_cache_source
 
 MAGIC = b"AVKPCACH"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 ENDIAN_MARKER = 0x01020304
 POINTER_SIZE = struct.calcsize("P")
 MAX_FILE_SIZE = 256 << 20
@@ -68,6 +73,7 @@ _HEADER_LAYOUT = (
     ("bodies_size", "Q"),
     ("driver_blob_size", "Q"),
     ("driver_blob_hash", "16s"),
+    ("key_id", "16s"),
     ("header_hash", "16s"),
 )
 _HEADER = struct.Struct("<" + "".join(code for _, code in _HEADER_LAYOUT))
@@ -157,11 +163,15 @@ def _body_problem(body: memoryview) -> str | None:
     return None
 
 
-def encode_cache(contents: CacheContents) -> bytes:
-    """Serialise ``contents``; raises ValueError for anything the reader would refuse.
+def encode_cache(contents: CacheContents, *, cache_key: CacheKey | None = None) -> bytes:
+    """Serialise ``contents``, sealed with ``cache_key`` (default: this user's key); raises
+    ValueError for anything the reader would refuse, or when there is no key to use.
 
     Entries are written in key order, so equal contents always give equal bytes.
     """
+    cache_key = local_cache_key() if cache_key is None else cache_key
+    if cache_key.problem is not None:
+        raise ValueError(cache_key.problem)
     reason = validate_driver_blob(contents.driver_blob, contents.identity)
     if reason is not None:
         raise ValueError(f"not writing a driver blob the reader would reject: {reason}")
@@ -173,7 +183,7 @@ def encode_cache(contents: CacheContents) -> bytes:
         contents.spirv.items(),
         key=lambda kv: (kv[0].shader, kv[0].option_bits, kv[0].source_hash, kv[0].macro_hash),
     )
-    return _encode(contents.identity, entries, contents.driver_blob)
+    return _encode(contents.identity, entries, contents.driver_blob, cache_key=cache_key)
 
 
 def _encode(
@@ -182,8 +192,10 @@ def _encode(
     blob: bytes,
     *,
     version: str = __version__,
+    cache_key: CacheKey | None = None,
 ) -> bytes:
     """The raw writer, without checks: tests use it to build files the reader must refuse."""
+    sealer = local_cache_key() if cache_key is None else cache_key
     index = bytearray()
     bodies = bytearray()
     count = 0
@@ -225,10 +237,11 @@ def _encode(
         "bodies_size": len(bodies),
         "driver_blob_size": len(blob),
         "driver_blob_hash": _hash16(blob) if blob else bytes(16),
+        "key_id": sealer.key_id,
         "header_hash": bytes(16),
     }
     unsealed = _HEADER.pack(*(values[name] for name in HEADER_FIELDS))
-    values["header_hash"] = _hash16(unsealed[:-16])
+    values["header_hash"] = sealer.mac(unsealed[:-16])
     header = _HEADER.pack(*(values[name] for name in HEADER_FIELDS))
     return b"".join((header, index, bodies, blob))
 
@@ -319,17 +332,29 @@ def _identity_mismatch(h: Mapping[str, Any], ident: DeviceIdentity) -> str | Non
     )
 
 
-def _check_header(data: memoryview, expected: DeviceIdentity | None) -> dict[str, Any] | str:
-    """The header's fields, or why the file is rejected on them alone."""
+def _check_header(
+    data: memoryview, expected: DeviceIdentity | None, cache_key: CacheKey | None = None
+) -> dict[str, Any] | str:
+    """The header's fields, or why the file is rejected on them alone: damaged, not sealed
+    with ``cache_key`` (default: this user's), or written for another device or asyncvk."""
     problem = _check_prefix(data)
     if problem is not None:
         return problem
+    key = local_cache_key() if cache_key is None else cache_key
+    if key.problem is not None:
+        return key.problem
     h = _unpack_header(data)
-    computed = _hash16(data[: HEADER_SIZE - 16])
+    if h["key_id"] != key.key_id:
+        return (
+            f"written with another cache key (key {h['key_id'].hex()[:12]} in the file, this "
+            f"process uses {key.describe()}): not trusted. A file built elsewhere is used only "
+            "where both share a deployment key (ASYNCVK_CACHE_KEY)"
+        )
+    computed = key.mac(data[: HEADER_SIZE - 16])
     if computed != h["header_hash"]:
         return (
-            f"header checksum mismatch: the header is damaged (stored {h['header_hash'].hex()}, "
-            f"computed {computed.hex()})"
+            "header authentication failed: the file was changed by someone without this "
+            "user's cache key, or damaged"
         )
     if h["pointer_size"] != POINTER_SIZE:
         return f"pointer size {h['pointer_size']} (this process has {POINTER_SIZE})"

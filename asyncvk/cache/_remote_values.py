@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from .._version import __version__
 from ..gpu._identity import DeviceIdentity
+from ._cache_key import UNKEYED
 from ._file_entries import decode_cache
 from ._file_format import FORMAT_VERSION, CacheContents, encode_cache
 from ._keys import SpirvKey
@@ -140,7 +141,7 @@ def encode_spirv_value(
 ) -> bytes:
     """One SPIR-V entry as a sealed cache file (``encode_cache`` refuses a body that is not
     SPIR-V, as it would in a file)."""
-    payload = encode_cache(CacheContents(identity, {key: spirv}, b""))
+    payload = encode_cache(CacheContents(identity, {key: spirv}, b""), cache_key=UNKEYED)
     return seal(KIND_SPIRV, spirv_value_key(key), payload, secret)
 
 
@@ -158,7 +159,9 @@ def decode_spirv_value(
     payload = unseal(value, KIND_SPIRV, spirv_value_key(key), secret)
     if isinstance(payload, str):
         return payload
-    result, contents = decode_cache(payload, expected=None, source_hashes=source_hashes)
+    result, contents = decode_cache(
+        payload, expected=None, source_hashes=source_hashes, cache_key=UNKEYED
+    )
     if not result or contents is None:
         return result.reason
     if result.skipped:
@@ -173,7 +176,7 @@ def encode_blob_value(
 ) -> tuple[str, bytes]:
     """(its key, the sealed value) for a driver blob of ``identity``."""
     key = blob_value_key(identity, blob)
-    payload = encode_cache(CacheContents(identity, {}, blob))
+    payload = encode_cache(CacheContents(identity, {}, blob), cache_key=UNKEYED)
     return key, seal(KIND_DRIVER_BLOB, key, payload, secret)
 
 
@@ -191,7 +194,9 @@ def decode_blob_value(
     payload = unseal(value, KIND_DRIVER_BLOB, key, secret)
     if isinstance(payload, str):
         return payload
-    result, contents = decode_cache(payload, expected=identity, source_hashes=None)
+    result, contents = decode_cache(
+        payload, expected=identity, source_hashes=None, cache_key=UNKEYED
+    )
     if not result or contents is None:
         return result.reason
     if contents.spirv or not contents.driver_blob:
