@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run asyncvk's benchmarks on a machine with no package registry (the H100 device tool):
-# Vulkan loader debs in .gl/, wheels in .whl/, Debian's static shaderc libraries in .shaderc/
-# (see ../shared/tools/device-prep.sh). Results go to $OUT (or ./out).
+# Run asyncvk's benchmarks on a machine with no package registry: the Vulkan loader's .deb files
+# in .gl/, wheels in .whl/ (vulkan, cffi, pycparser, ncnn), Debian's static shaderc libraries in
+# .shaderc/. Each argument is a step, run in order. Results go to $OUT (or ./out).
 set -uo pipefail
 OUT=${OUT:-out}
 mkdir -p "$OUT"
@@ -34,20 +34,20 @@ python3 -m compileall -q asyncvk >/dev/null
 python3 -m asyncvk info --json >"$OUT/info.json" || exit 1
 head -c 600 "$OUT/info.json"; echo
 for what in "$@"; do
+  echo "== $what (${SECONDS}s)"
   case "$what" in
-    pipelines) python3 benchmarks/pipeline_creation.py --pipelines 256 --threads 16 | tee "$OUT/pipeline_creation_h100.json" ;;
-    pipelines64) python3 benchmarks/pipeline_creation.py --pipelines 64 --threads 16 | tee "$OUT/pipeline_creation_h100_64.json" ;;
-    accuracy) python3 benchmarks/model_accuracy.py | tee "$OUT/model_accuracy_h100.json" | head -c 1500; python3 benchmarks/model_accuracy.py --fp16 > "$OUT/model_accuracy_h100_fp16.json" ;;
-    latency) python3 benchmarks/latency.py --loops 20 --compare-conv --out "$OUT/latency_h100.json" 2>&1 | grep '^{"model"' | cut -c1-600 ;;
-    suitelatency)  # ncnn's 27 benchmark models (made by the suite step if missing), 1 process each
+    pipelines) python3 benchmarks/pipeline_creation.py --pipelines 256 --threads 16 | tee "$OUT/pipeline_creation_256_h100.json" ;;
+    pipelines64) python3 benchmarks/pipeline_creation.py --pipelines 64 --threads 16 | tee "$OUT/pipeline_creation_64_h100.json" ;;
+    accuracy) python3 benchmarks/model_accuracy.py | tee "$OUT/model_accuracy_h100.json" | head -c 1500; python3 benchmarks/model_accuracy.py --fp16 > "$OUT/model_accuracy_fp16_h100.json" ;;
+    latency)  # every model, tests/models and the suite's (made by the suite step if missing)
       [ -d /tmp/suite ] || python3 benchmarks/suite_models.py --out /tmp/suite >"$OUT/suite_models.log" 2>&1
-      python3 benchmarks/latency.py --models '' --suite /tmp/suite --loops 20 --processes 1 --out "$OUT/latency_suite_h100.json" 2>&1 | grep '^{"model"' | cut -c1-300 ;;
+      python3 benchmarks/latency.py --suite /tmp/suite --loops 20 --processes 3 --variants ncnn,asyncvk,asyncvk_fp16_arith --out "$OUT/latency_all_h100.json" 2>&1 | grep '^{"model"' | cut -c1-300 ;;
     dispatchprofile)  # GPU time per dispatch: every tests/models model and the suite's
       [ -d /tmp/suite ] || python3 benchmarks/suite_models.py --out /tmp/suite >"$OUT/suite_models.log" 2>&1
       python3 benchmarks/dispatch_profile.py --suite /tmp/suite --loops 20 --out "$OUT/dispatch_profile_h100.json" 2>&1 | grep '^{"model"' | cut -c1-200 ;;
     threads) python3 benchmarks/compile_threads.py --runs 3 --out "$OUT/compile_threads_h100.json" 2>&1 | grep '^{"model"' | cut -c1-400 ;;
     tests) python3 -m pytest -x -q -p no:cacheprovider tests/test_gpu.py tests/test_pipeline_cache.py 2>&1 | tail -5 ;;
-    coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_h100.json" ;;
+    coldstart) python3 benchmarks/cold_start.py --runs 3 --out "$OUT/cold_start_tests_h100.json" >/dev/null; tail -c 3000 "$OUT/cold_start_tests_h100.json" ;;
     shapehints) python3 benchmarks/shape_hints.py --out "$OUT/shape_hints_h100.json" 2>&1 | tail -3 ;;
     remotecache)  # .redisdeb/: redis-server's debs (apt-get download redis-server redis-tools
       # libjemalloc2 liblzf1 libatomic1) and the redis and hiredis wheels (pip download --no-deps
@@ -64,10 +64,21 @@ for what in "$@"; do
     gpusetup) python3 benchmarks/gpu_setup.py | tee "$OUT/gpu_setup_h100.json" ;;
     features) python3 benchmarks/gpu_setup.py --features | tee "$OUT/gpu_setup_features_h100.json" | head -8 ;;
     profile) python3 benchmarks/load_profile.py --runs 3 --glsl-opt 2 --out "$OUT/load_profile_h100.json" >/dev/null ;;
-    suite) python3 benchmarks/suite_models.py --out /tmp/suite >"$OUT/suite_models.log" 2>&1 || tail -5 "$OUT/suite_models.log"
+    suite) python3 benchmarks/suite_models.py --out /tmp/suite ${SUITE_MODELS:+--models "$SUITE_MODELS"} >"$OUT/suite_models.log" 2>&1 || tail -5 "$OUT/suite_models.log"
       du -sh /tmp/suite ;;
     suiteaccuracy) python3 benchmarks/suite_accuracy.py --native --out "$OUT/suite_accuracy_h100.json" 2>&1 | tail -3 ;;
     coldsuite) python3 benchmarks/cold_start.py --models '' --suite /tmp/suite --runs "${RUNS:-1}" --out "$OUT/cold_start_suite_h100.json" >/dev/null; tail -c 1500 "$OUT/cold_start_suite_h100.json" ;;
+    coldcache|coldcachesuite)  # first output with the drivers' disk shader caches on, as users
+      # keep NVIDIA's, each runtime started twice from an empty one; then off, as coldstart has
+      # them. MODELS: tests/models names (default all); coldcachesuite: the suite step's
+      # folders, SUITE_MODELS (default all; the suite step makes only those, and runs before
+      # cleanvenv: it needs pytest). RUNS: repetitions (default 3).
+      if [ "$what" = coldcache ]; then which=(--models "${MODELS:-$(ls tests/models | paste -sd,)}"); tag=""
+      else which=(--models '' --suite /tmp/suite --suite-models "${SUITE_MODELS:-}"); tag=_suite; fi
+      for mode in on off; do
+        python3 benchmarks/cold_start.py "${which[@]}" --runs "${RUNS:-3}" --driver-cache "$mode" \
+          --out "$OUT/first_output_driver_cache_${mode}${tag}_h100.json" 2>&1 >/dev/null | cut -c1-600
+      done ;;
     coldvariants)  # .variants/NAME/asyncvk: earlier versions, compared in the same run
       args=(); for v in .variants/*/; do n=$(basename "$v"); cp asyncvk/shader/_shaderc_cffi*.so "$v/asyncvk/shader/"; [ ! -f "$v/asyncvk/layers/_detect_build.py" ] || python3 "$v/asyncvk/layers/_detect_build.py" >/dev/null 2>&1; python3 -m compileall -q "$v" >/dev/null; args+=(--variant "$n=$PWD/$v"); done
       python3 benchmarks/cold_start.py --runs "${RUNS:-3}" "${args[@]}" --variant "now=$PWD" --out "$OUT/cold_start_h100.json" >/dev/null; tail -c 1500 "$OUT/cold_start_h100.json" ;;
