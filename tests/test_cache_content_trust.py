@@ -59,6 +59,17 @@ def _cold_run(device: VulkanDevice, model: Path) -> tuple[np.ndarray, CacheConte
     return _COLD_RUNS[model]
 
 
+@pytest.fixture(autouse=True)
+def _no_install_spirv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """These are the checks a body meets where the install compiled none for its key (a
+    device-macro shader, a shader edited since the install, an install without the folder):
+    with the install's SPIR-V at hand, a builtin body must be its bytes and is refused earlier
+    (tests/test_cache_crafted.py)."""
+    from asyncvk.shader import _packaged
+
+    monkeypatch.setattr(_packaged, "PACKAGED_DIR", tmp_path / "no-install-spirv")
+
+
 @pytest.fixture(scope="module")
 def cold(device: VulkanDevice) -> tuple[np.ndarray, CacheContents]:
     """squeezenet's uncached output, and the cache contents that run compiled."""

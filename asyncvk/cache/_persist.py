@@ -79,12 +79,13 @@ def load_cache(cache: PipelineCache, source: CacheSource) -> CacheLoadResult:
         foreign = len(others)
         if foreign:
             skipped.append(f"{foreign} entries compiled for other device macros")
-        cache.add_spirv_entries(entries)
+        refused = cache.add_spirv_entries(entries)
+        skipped += refused
         loaded = CacheLoadResult(
             True,
             result.reason or "loaded",
-            entries_used=len(entries),
-            entries_skipped=result.entries_skipped + foreign,
+            entries_used=len(entries) - len(refused),
+            entries_skipped=result.entries_skipped + foreign + len(refused),
             skipped=tuple(skipped),
         )
         return _note(cache, loaded)

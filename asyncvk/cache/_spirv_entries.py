@@ -206,18 +206,50 @@ class SpirvEntries(CacheCore):
         with self._lock:
             return dict(self._spirv)
 
-    def add_spirv_entries(self, entries: dict[SpirvKey, bytes]) -> int:
-        """Adopt SPIR-V entries loaded from a file; only those for this device's macros."""
-        added = 0
+    def add_spirv_entries(self, entries: dict[SpirvKey, bytes]) -> list[str]:
+        """Adopt SPIR-V entries loaded from a file or a store: only those for this device's
+        macros, and a builtin shader's only as the install compiled it (:meth:`_not_builtin`).
+        Returns one line per entry refused for that."""
+        mine = split_by_macros(entries, self._macro_hash)[0]
+        refused = {
+            key: why for key, spirv in mine.items() if (why := self._not_builtin(key, spirv))
+        }
         with self._lock:
-            for key, spirv in split_by_macros(entries, self._macro_hash)[0].items():
-                if key in self._spirv:
-                    continue
-                if (key, spirv) in self._rejected_spirv:
-                    continue  # dropped as bad in this process: the file still holds it
-                self._spirv[key] = spirv
-                added += 1
-        return added
+            for key, spirv in mine.items():
+                if key in refused:
+                    self._rejected_spirv.add((key, spirv))
+                    self._stats["spirv_rejected"] += 1
+                elif key not in self._spirv and (key, spirv) not in self._rejected_spirv:
+                    # (a body dropped as bad in this process stays dropped: the file holds it)
+                    self._spirv[key] = spirv
+        lines = [
+            f"SPIR-V of {key.shader!r} [option bits 0x{key.option_bits:x}]: {why}"
+            for key, why in refused.items()
+        ]
+        for line in lines:
+            log.warning("cached %s; compiling it from source", line)
+        return lines
+
+    def _not_builtin(self, key: SpirvKey, spirv: bytes) -> str | None:
+        """Why ``spirv`` is not the install's SPIR-V for ``key``, or None when it is, or when
+        the install built none for it. A builtin body is whatever the install compiled, byte
+        for byte, so a cache can only ever hand the driver the install's bytes for it; the
+        manifest's digest is compared, so no packaged file is read here."""
+        if key.shader not in self.registry:
+            return None
+        source = self.registry.get(key.shader)
+        if source.source_hash != key.source_hash:
+            return None  # another version of the shader: skipped elsewhere as outdated
+        from ..shader._packaged import body_digest, packaged_digest
+
+        try:
+            options = ShaderOptions.from_bits(key.option_bits)
+        except ValueError:
+            return None  # bits no Net asks for: never looked up
+        digest = packaged_digest(key.shader, options, source.source)
+        if digest is None or body_digest(spirv) == digest:
+            return None
+        return "not the SPIR-V the install compiled for this builtin shader"
 
     @property
     def device_macro_hash(self) -> int:

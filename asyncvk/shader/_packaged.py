@@ -138,6 +138,18 @@ def _listed(
     return None if digest is None else (name, digest)
 
 
+def packaged_digest(
+    shader: str, options: ShaderOptions, source: str, directory: Path | None = None
+) -> str | None:
+    """The blake2b the install's manifest names for a shader's SPIR-V under ``options``, read
+    whether or not the folder is switched on: the authority on what a builtin body must be.
+    None where the install built none (a device-macro shader, an edited source, no folder)."""
+    if uses_device_macros(source):
+        return None
+    manifest = _manifests.get(directory or PACKAGED_DIR)
+    return None if manifest is None else manifest[1].get(file_name(shader, options, source))
+
+
 def read_packaged(
     shader: str, options: ShaderOptions, source: str, directory: Path | None = None
 ) -> bytes | str | None:
