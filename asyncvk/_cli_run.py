@@ -19,12 +19,12 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
     if getattr(args, "cache", None) and getattr(args, "cache_dir", None):
         raise ValueError("use either --cache FILE or --cache-dir DIR --graph-key KEY, not both")
     _check_cache_folder_args(args)
-    _refuse_unsafe_cache_target(getattr(args, "cache", None))
+    cache_file = _usable_cache_target(getattr(args, "cache", None))
     _check_remote_cache_arg(args)
     return RunConfig(
         param=args.param,
         model=args.bin,
-        cache_file=getattr(args, "cache", None),
+        cache_file=cache_file,
         cache_dir=getattr(args, "cache_dir", None),
         graph_key=getattr(args, "graph_key", None),
         device=getattr(args, "device", None),
@@ -54,15 +54,23 @@ def _check_remote_cache_arg(args: argparse.Namespace) -> None:
         parse_remote_url(url, where="--remote-cache")
 
 
-def _refuse_unsafe_cache_target(path: str | None) -> None:
-    """``--cache FILE`` must name a cache file or nothing: say so before any work is done."""
+def _usable_cache_target(path: str | None) -> str | None:
+    """``--cache FILE`` if the run may read and replace it; else None, said in one line: a path
+    holding something that is not a cache file (the model's weights, a device) is never
+    replaced, and one another user could have written is never read. Either costs the run its
+    cache, never the run."""
     if not path:
-        return
-    from .cache._safe_fs import expand_path, replace_refusal
+        return None
+    import sys
 
-    why = replace_refusal(expand_path(path))
-    if why is not None:
-        raise ValueError(f"--cache {path}: {why}")
+    from .cache._safe_fs import expand_path, ownership_refusal, replace_refusal
+
+    target = expand_path(path)
+    why = replace_refusal(target) or ownership_refusal(target)
+    if why is None:
+        return path
+    print(f"asyncvk: --cache {path}: {why}; running without the cache", file=sys.stderr)
+    return None
 
 
 @asynccontextmanager
@@ -296,4 +304,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         stay_up_on_load_error=args.stay_up_on_load_error,
         access_log=args.access_log,
+        max_plans_per_shape=args.max_plans_per_shape,
+        idle_plans_per_shape=args.idle_plans_per_shape,
+        plan_idle_seconds=args.plan_idle_seconds,
+        max_queue=args.max_queue,
     )

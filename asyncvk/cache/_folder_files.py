@@ -35,6 +35,7 @@ from ._safe_fs import (
     expand_path,
     locked,
     open_regular,
+    ownership_refusal,
     random_token,
 )
 
@@ -130,13 +131,23 @@ class FolderFiles:
         if not self.usable:
             return False
         if not self.writable:
-            return self.path.is_dir() or self._disable_missing()
+            if not self.path.is_dir():
+                return self._disable_missing()
+            untrusted = ownership_refusal(self.path, "cache folder")
+            if untrusted is not None:
+                self._disable(untrusted)
+                return False
+            return True
         try:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             if not self.path.is_dir():
                 self._disable(exc.strerror or str(exc))
                 return False
+        untrusted = ownership_refusal(self.path, "cache folder")
+        if untrusted is not None:
+            self._disable(untrusted)
+            return False
         probe = self.path / f".probe.{random_token()}"
         try:
             os.close(create_exclusive(probe, 0o600))

@@ -26,7 +26,7 @@ from ._file_format import (
     validate_driver_blob,
 )
 from ._keys import split_by_macros
-from ._safe_fs import UnsafePathError, expand_path
+from ._safe_fs import UnsafePathError, expand_path, ownership_refusal
 
 if TYPE_CHECKING:
     from ._pipeline_cache import PipelineCache
@@ -55,6 +55,9 @@ def load_cache(cache: PipelineCache, source: CacheSource) -> CacheLoadResult:
     """Load ``source`` into ``cache``; all or nothing for the header and the driver blob."""
     if isinstance(source, (str, os.PathLike)):
         source = expand_path(source)
+        untrusted = ownership_refusal(source)
+        if untrusted is not None:
+            return _note(cache, CacheLoadResult(False, untrusted))
     try:
         data = read_cache_source(source)
         if isinstance(data, CacheLoadResult):
@@ -147,6 +150,10 @@ def save_cache(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult
     target = expand_path(path)
     if cache.read_only:
         return SaveResult(False, "read-only cache: not writing", target)
+    untrusted = ownership_refusal(target)
+    if untrusted is not None:
+        log.warning("pipeline cache not saved: %s", untrusted)
+        return SaveResult(False, untrusted, target)
     written: dict[str, Any] = {}
 
     def build(existing: bytes | None) -> bytes:

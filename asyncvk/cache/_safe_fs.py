@@ -7,6 +7,11 @@ name with a random part, and every file it opens there (lock, index, cache file)
 reason and never followed. A path is replaced only when it is absent, or a regular file that is
 empty or already an asyncvk cache file (``replace_refusal``): a mistyped ``--cache model.bin``
 must not destroy the model.
+
+Ownership, as ssh's StrictModes has it (``ownership_refusal``): a cache file or folder that
+another user owns, or that others can write (or whose folder others can write, without the
+sticky bit), is not read and not written, unless ``ASYNCVK_TRUST_CACHE_OWNER=1`` says its owner
+is trusted. Root's files are trusted, as root could change this user's anyway.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from collections.abc import Iterator
 
 __all__ = (
     "CACHE_MAGIC",
+    "TRUST_OWNER_ENV",
     "UnsafePathError",
     "create_exclusive",
     "expand_path",
     "locked",
     "open_regular",
+    "ownership_refusal",
     "random_token",
     "replace_refusal",
 )
@@ -33,6 +40,9 @@ __all__ = (
 CACHE_MAGIC = b"AVKPCACH"  # the first bytes of every asyncvk cache file (_file_format.MAGIC)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+TRUST_OWNER_ENV = "ASYNCVK_TRUST_CACHE_OWNER"
 
 
 class UnsafePathError(OSError):
@@ -183,3 +193,47 @@ def replace_refusal(path: str | os.PathLike[str]) -> str | None:
         f"{name} is not an asyncvk cache file (it starts with {head[:8]!r}, "
         f"not {CACHE_MAGIC!r}); asyncvk will not replace it"
     )
+
+
+def owner_trusted() -> bool:
+    """Whether ``ASYNCVK_TRUST_CACHE_OWNER`` turns the ownership checks off."""
+    return os.environ.get(TRUST_OWNER_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def ownership_refusal(path: str | os.PathLike[str], what: str = "cache file") -> str | None:
+    """Why asyncvk must not trust ``path`` (a cache file or folder), or None when it may.
+
+    Refused: owned by another user (root excepted); writable by group or others (a sticky
+    folder excepted); in a folder that another user owns or that others can write without the
+    sticky bit, since whoever can do that can replace what is in it. An absent path is fine.
+    """
+    if owner_trusted():
+        return None
+    name = os.path.abspath(os.fspath(path))
+    try:
+        st = os.lstat(name)
+    except OSError:
+        return None
+    fix = f"remove it, or set {TRUST_OWNER_ENV}=1 to trust its owner"
+    problem = _mode_problem(st, name)
+    if problem is None:
+        parent = os.path.dirname(name)
+        try:
+            problem = _mode_problem(os.stat(parent), parent)
+        except OSError:
+            problem = None
+        if problem is not None:
+            problem = f"it is in {problem}, so others can replace it"
+    if problem is None:
+        return None
+    return f"{what} {name} is not trusted: {problem}; not read or written ({fix})"
+
+
+def _mode_problem(st: os.stat_result, name: str) -> str | None:
+    euid = os.geteuid()
+    if st.st_uid not in (euid, 0):
+        return f"{name}, which belongs to uid {st.st_uid}, not to this user (uid {euid})"
+    sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    if st.st_mode & 0o022 and not sticky:
+        return f"{name}, which others can write (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
