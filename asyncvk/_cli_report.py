@@ -12,10 +12,34 @@ from ._process_clock import since_process_start
 
 
 def print_report(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], None]) -> None:
+    """JSON (which escapes control characters itself), or ``text()``'s lines made safe for a
+    terminal: what they show may come from a file someone else wrote (a device name in a
+    cache folder's index), and an escape sequence from it must not reach the terminal."""
     if args.json:
         print(json.dumps(data, indent=2, default=_jsonable))
-    else:
-        text()
+        return
+    import contextlib
+    import io
+    import sys
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            text()
+    finally:
+        sys.stderr.write(terminal_safe(err.getvalue()))
+        sys.stdout.write(terminal_safe(out.getvalue()))
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character but newline and tab written as an escape
+    (``\\x1b``), so that nothing read from a file can drive the terminal."""
+    if text.isprintable() or all(c.isprintable() or c in "\n\t" for c in text):
+        return text
+    return "".join(
+        c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -233,3 +233,21 @@ def test_an_index_of_the_previous_version_is_rebuilt_and_served(tmp_path: Path) 
         }
     (tmp_path / "m.idx").write_text(json.dumps(index))
     assert directory.lookup("m", IDENTITY, "fp").path == stored
+
+
+def test_cache_ls_never_prints_a_files_control_characters(tmp_path: Path) -> None:
+    """A tampered index names its device with an escape sequence: `cache ls` shows it escaped,
+    never as a sequence the terminal would obey."""
+    CacheDirectory(tmp_path).store("m", IDENTITY, "fp", _data(IDENTITY))
+    index_path = tmp_path / "m.idx"
+    index = json.loads(index_path.read_text())
+    index["entries"][0]["device"]["device_name"] = "GPU\x1b]0;owned\x07\x1b[2J"
+    index_path.write_text(json.dumps(index))
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncvk", "cache", "ls", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "\\x1b]0;owned\\x07" in out.stdout, out.stdout
+    assert not any(c in out.stdout + out.stderr for c in "\x1b\x07")

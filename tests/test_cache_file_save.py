@@ -486,14 +486,30 @@ class TestSaveMerged:
     def test_a_held_lock_times_out_as_an_oserror(self, tmp_path: Path) -> None:
         path = tmp_path / "x.vkcache"
         path.write_bytes(OLD_BYTES)
-        with open(f"{path}.lock", "w") as holder:
-            fcntl.flock(holder, fcntl.LOCK_EX)  # another open file: flock excludes it too
-            started = time.perf_counter()
-            with pytest.raises(OSError, match="lock held") as caught:
-                save_merged(path, lambda existing: b"new", lock_timeout=0.2)
-            assert 0.2 <= time.perf_counter() - started < 1.0
-            assert isinstance(caught.value, TimeoutError)
+        command = [sys.executable, "-c", HOLD_LOCK, f"{path}.lock"]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as holder:
+            try:  # another process: a POSIX lock excludes it
+                assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+                with pytest.raises(OSError, match="lock held") as caught:
+                    save_merged(path, lambda existing: b"new", lock_timeout=0.2)
+                assert isinstance(caught.value, TimeoutError)
+            finally:
+                holder.kill()
         assert path.read_bytes() == OLD_BYTES
+
+    def test_a_reader_cannot_hold_the_lock(self, tmp_path: Path) -> None:
+        """A user who can only read the lock file cannot take the lock that saves wait for."""
+        path = tmp_path / "x.vkcache"
+        path.write_bytes(OLD_BYTES)
+        save_merged(path, lambda existing: OLD_BYTES)  # the lock file exists, as after a save
+        lock = Path(f"{path}.lock")
+        assert lock.stat().st_mode & 0o777 == 0o600  # nobody else can even open it
+        with open(lock, "rb") as reader:
+            with pytest.raises(OSError):
+                fcntl.lockf(reader, fcntl.LOCK_EX | fcntl.LOCK_NB)  # needs write access
+            fcntl.flock(reader, fcntl.LOCK_EX)  # what a reader could hold: not the save's lock
+            save_merged(path, lambda existing: b"saved while a reader held flock")
+        assert path.read_bytes() == b"saved while a reader held flock"
 
     def test_build_errors_propagate_and_write_nothing(self, tmp_path: Path) -> None:
         path = tmp_path / "x.vkcache"
@@ -608,6 +624,14 @@ def test_save_cache_on_a_full_disk_keeps_the_old_file_and_raises_nothing(
     assert _temps(tmp_path) == []
 
 
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(300)
+"""
+
 SAVE_AS_NOBODY = """
 import os, sys
 import asyncvk.cache._persist
@@ -646,3 +670,19 @@ def test_save_cache_into_a_read_only_folder_keeps_the_old_file_and_raises_nothin
         os.chmod(folder, 0o755)
     assert path.read_bytes() == b"old contents"
     assert _listing(folder) == ["x.vkcache"]
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o644])
+def test_a_save_keeps_the_files_mode(device: VulkanDevice, tmp_path: Path, mode: int) -> None:
+    """A merge save replaces the file with a new one: the new one keeps the old one's mode, so
+    a cache its owner made private stays private."""
+    path = tmp_path / "x.vkcache"
+    with PipelineCache(device) as cache:
+        build_one(cache, PipelineSpec("scale_add", specializations=(2.0, 0)))
+        assert cache.save_cache(path)
+        path.chmod(mode)
+        build_one(cache, PipelineSpec("unary", specializations=(3, 0.0, 0.0)))  # something new
+        inode = path.stat().st_ino
+        assert cache.save_cache(path)
+    assert path.stat().st_ino != inode  # replaced, not rewritten in place
+    assert path.stat().st_mode & 0o7777 == mode

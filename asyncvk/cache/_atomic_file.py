@@ -2,8 +2,10 @@
 
 ``write_atomic`` writes a uniquely named temp file in the target's folder, fsyncs it,
 ``os.replace``s it over the target and fsyncs the folder: a crash at any point leaves the old
-file or the new one, never a torn one. ``save_merged`` holds ``<path>.lock`` (``fcntl.flock``)
-around read-merge-write, so concurrent savers run one at a time and none loses another's work.
+file or the new one, never a torn one. ``save_merged`` holds a write lock on ``<path>.lock``
+(``fcntl.lockf``, which needs write access) around read-merge-write, so concurrent savers run
+one at a time and none loses another's work; a lock not had within ``LOCK_TIMEOUT_S`` costs
+the save, never the run.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import contextlib
 import errno
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Collection, Sequence
 
 from ._file_format import CacheContents, read_cache_source
 from ._safe_fs import UnsafePathError, create_exclusive, locked, open_regular, replace_refusal
 
-LOCK_TIMEOUT_S = 60.0
+LOCK_TIMEOUT_S = 10.0  # a save holds it for well under a second; past this, no cache
 #: The one age for temp files: one this old whose writer is gone is an orphan of a crash.
 #: (Every save finishes its temp file within seconds; a minute leaves a wide margin.)
 STALE_TEMP_S = 60.0
@@ -67,9 +70,12 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """
     target = os.fspath(path)
     tmp = _temp_path(target)
+    mode = _kept_mode(target)
     try:
         fd = create_exclusive(tmp)
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)  # the file keeps its mode: a 0600 cache stays 0600
             _write_all(fd, data)
             os.fsync(fd)  # the data must be on disk before the name points at it
         finally:
@@ -79,6 +85,17 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         _remove(tmp)
         raise
     _fsync_dir(os.path.dirname(tmp))
+
+
+def _kept_mode(target: str) -> int | None:
+    """The permission bits of the file being replaced, when it is a regular file of ours."""
+    try:
+        st = os.lstat(target)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        return None
+    return stat.S_IMODE(st.st_mode)
 
 
 def _pid_alive(pid: int) -> bool:

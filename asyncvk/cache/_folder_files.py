@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from ..gpu._identity import MATCH_FIELDS, DeviceIdentity
-from ._atomic_file import read_regular_cache_file, remove_stale_temps, temp_pattern, write_atomic
+from ._atomic_file import (
+    LOCK_TIMEOUT_S,
+    read_regular_cache_file,
+    remove_stale_temps,
+    temp_pattern,
+    write_atomic,
+)
 from ._file_format import describe_cache
 from ._index import (
     IndexEntry,
@@ -42,7 +48,6 @@ from ._safe_fs import (
 log = logging.getLogger("asyncvk.cache")
 
 DEFAULT_MAX_BYTES = 1 << 30
-LOCK_TIMEOUT_S = 60.0
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 

@@ -21,6 +21,7 @@ import errno
 import fcntl
 import os
 import stat
+import threading
 import time
 from collections.abc import Iterator
 
@@ -113,55 +114,90 @@ def create_exclusive(path: str | os.PathLike[str], mode: int = 0o644) -> int:
 
 
 def _open_lock(path: str) -> int:
-    """Open or create a lock file, never through a symlink; read-only access serves flock."""
+    """Open or create a lock file for writing, never through a symlink.
+
+    The lock is a write lock, which needs a descriptor opened for writing: a user who can only
+    read the folder cannot hold it and stall every run. The file is this user's and 0600, so
+    nobody else can open it at all (a read lock by someone else would block the write lock too);
+    one that another user owns is refused.
+    """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, 0o644)
-    except OSError as exc:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError:
         if os.path.islink(path):  # ELOOP, or EACCES where the kernel protects sticky folders
             raise UnsafePathError(errno.ELOOP, f"lock file {path} is a symbolic link") from None
-        if not isinstance(exc, PermissionError):
-            raise
-        try:  # flock needs no write access: a lock file made by another user still serves
-            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            raise exc from None
+        raise
     try:
-        _check_regular(fd, f"lock file {path}")
+        st = _check_regular(fd, f"lock file {path}")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise UnsafePathError(
+                errno.EPERM, f"lock file {path} belongs to uid {st.st_uid}, not to this user"
+            )
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)  # an older lock file: others could open it and hold a lock
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
+_thread_locks_guard = threading.Lock()
+_thread_locks: dict[str, threading.Lock] = {}
+
+
+def _thread_lock(path: str) -> threading.Lock:
+    """One lock per lock file within this process: POSIX record locks belong to the process,
+    so they exclude other processes but not this one's threads (and closing any descriptor of
+    the file drops them), hence threads take turns here before they touch the file."""
+    key = os.path.abspath(path)
+    with _thread_locks_guard:
+        return _thread_locks.setdefault(key, threading.Lock())
+
+
 @contextlib.contextmanager
 def locked(lock_path: str | os.PathLike[str], timeout: float) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path``; the kernel drops it if we are killed.
+    """Hold an exclusive write lock (``fcntl.lockf``) on ``lock_path``; the kernel drops it if
+    we are killed. Waits at most ``timeout`` seconds in all.
 
     :raises TimeoutError: another holder kept it for over ``timeout`` seconds.
-    :raises UnsafePathError: the lock path is a symlink or not a regular file.
+    :raises UnsafePathError: the lock path is a symlink, not a regular file, or another user's.
     """
     name = os.fspath(lock_path)
-    fd = _open_lock(name)
+    deadline = time.monotonic() + timeout
+    turn = _thread_lock(name)
+    if not turn.acquire(timeout=max(timeout, 0.0)):
+        raise TimeoutError(
+            errno.ETIMEDOUT, f"lock {name} held by this process for over {timeout} s"
+        )
     try:
-        deadline = time.monotonic() + timeout
-        delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        errno.ETIMEDOUT, f"lock {name} held by another process for over {timeout} s"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+        fd = _open_lock(name)
         try:
-            yield
+            _wait_for_write_lock(fd, name, deadline, timeout)
+            try:
+                yield
+            finally:
+                fcntl.lockf(fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
     finally:
-        os.close(fd)
+        turn.release()
+
+
+def _wait_for_write_lock(fd: int, name: str, deadline: float, timeout: float) -> None:
+    delay = 0.001
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                errno.ETIMEDOUT, f"lock {name} held by another process for over {timeout} s"
+            ) from None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def replace_refusal(path: str | os.PathLike[str]) -> str | None:
