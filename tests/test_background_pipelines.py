@@ -41,6 +41,22 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     opened.set()
 
 
+def _await_chain(task: asyncio.Future[Any]) -> list[str]:
+    """The coroutines a pending task is suspended in, outermost first: where it waits, read
+    from the task itself rather than guessed from how long it has had."""
+    names, coro = [], getattr(task, "get_coro", lambda: None)()
+    while coro is not None and hasattr(coro, "cr_code"):
+        names.append(coro.cr_code.co_name)
+        coro = coro.cr_await
+    return names
+
+
+async def _loop_turns(count: int = 20) -> None:
+    """Let every task that can run take ``count`` steps (no wall-clock wait)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
 async def _extract(net: Net, x: np.ndarray) -> np.ndarray:
     ex = net.create_extractor()
     ex.input("in0", x)
@@ -99,8 +115,10 @@ async def test_closing_waits_for_the_background_builds(gate: threading.Event) ->
         await net.load_param(param)
         await asyncio.wait_for(net.load_model(weights), 120)
         closing = asyncio.ensure_future(net.aclose())
-        await asyncio.sleep(0.5)
+        await _loop_turns()
         assert not closing.done()
+        # aclose waits for the held builds, and for nothing else yet
+        assert _await_chain(closing)[:3] == ["aclose", "background_builds", "settled"]
         assert net.gpu_model is not None and net.gpu_model.pipelines_version == 0
         gate.set()
         await asyncio.wait_for(closing, 120)
@@ -129,8 +147,10 @@ async def test_cpu_devices_dispatch_the_winograd_passes_after_the_first_output(
     async with Net() as net:
         await net.load_param(param)
         await net.load_model(weights)
-        assert net.gpu_model is not None
-        await asyncio.sleep(0.3)  # time enough to build them: still held back
+        assert net.gpu_model is not None and net.gpu_model.background is not None
+        await _loop_turns()
+        # held back until a first output: the builds wait for the queue, not for time
+        assert _await_chain(net.gpu_model.background)[-2:] == ["_adopt", "wait"]
         assert net.gpu_model.pipelines_version == 0
         first = await _extract(net, x)
         ((plan,),) = net.gpu_model.plans.plans.values()

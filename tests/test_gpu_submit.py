@@ -150,6 +150,22 @@ class _CountedWaits:
         monkeypatch.setattr(device, "submit", kept)
 
 
+class _Sleeps:
+    """The durations ``device.run`` asks the event loop to sleep (turns of 0 left out): how long
+    it waits before polling is read from what it asks, not from a wall clock."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.asked: list[float] = []
+        sleep = asyncio.sleep
+
+        async def recorded(delay: float, result: object = None) -> object:
+            if delay > 0:
+                self.asked.append(delay)
+            return await sleep(delay, result)
+
+        monkeypatch.setattr(asyncio, "sleep", recorded)
+
+
 async def _open_after_ticks(gate: HostGate, ticks: int) -> None:
     for _ in range(ticks):
         await asyncio.sleep(0)
@@ -194,17 +210,19 @@ async def test_a_run_is_polled_from_the_loop(
     monkeypatch.setattr(device, "poll_fences", True)
     monkeypatch.setattr(_device, "POLL_MAX_S", RESCUE_S)  # a poll that cannot run out
     waits = _CountedWaits(device, monkeypatch)
-    # short; long: 40 ms asleep before the poll (the shorter run; the longer would be 5 s)
-    for earlier in ((1e-6, 1e-6), (RESCUE_S + 5.0, RESCUE_S + 0.04)):
+    sleeps = _Sleeps(monkeypatch)
+    # short: polled at once; long: 40 ms asleep before the poll (the shorter run less
+    # POLL_MAX_S; the longer would be 5 s)
+    for earlier, asleep in (((1e-6, 1e-6), []), ((RESCUE_S + 5.0, RESCUE_S + 0.04), [0.04])):
         gate, rec = _gated_run(device, *earlier)
+        sleeps.asked.clear()
         start = time.perf_counter()
         await _run_opened_by_the_loop(device, gate, rec)
         took = time.perf_counter() - start
         assert waits.calls == 0
         assert waits.fences[-1] in device._free_fences  # reset, back for the next submit
         assert rec.run_times[0] == earlier[1] and rec.run_times[1] <= took
-        if min(earlier) > RESCUE_S:
-            assert 0.04 <= took < 2.5  # asleep until near the shorter run's end only
+        assert sleeps.asked == pytest.approx(asleep)
 
 
 async def test_a_run_waits_on_a_thread_when_not_polled(
@@ -216,10 +234,10 @@ async def test_a_run_waits_on_a_thread_when_not_polled(
     waits = _CountedWaits(device, monkeypatch)
     assert device.poll_fences is not device.info.is_cpu
     monkeypatch.setattr(device, "poll_fences", True)
+    sleeps = _Sleeps(monkeypatch)
     await _run_opened_by_the_loop(device, *_gated_run(device))
-    start = time.perf_counter()
     await _run_opened_by_the_loop(device, *_gated_run(device, RESCUE_S))
-    assert time.perf_counter() - start < RESCUE_S / 2  # no sleep on one sample
+    assert sleeps.asked == []  # no sleep on one sample
     monkeypatch.setattr(_device, "POLL_MAX_S", 0.0)
     await _run_opened_by_the_loop(device, *_gated_run(device, 1e-9, 1e-9))  # out at once
     monkeypatch.setattr(device, "poll_fences", False)

@@ -1,5 +1,8 @@
 """A Net's cache folder keeps what is built after its load: saved in the background by an
-AutoSaver (no explicit flush), and flushed by ``aclose()``."""
+AutoSaver (no explicit flush), and flushed by ``aclose()``.
+
+The AutoSaver's interval ends when a test ticks it (``ManualTicks``): no count here depends on how
+long a load or an extraction takes. Waits for a real timer wait for the save itself."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from manual_ticks import HANG_S, ManualTicks
 
 from asyncvk import Net, Option, PipelineCache
 from asyncvk.cache._directory import CacheDirectory
@@ -34,8 +38,9 @@ async def _load(net: Net, model: str) -> None:
 
 
 async def test_what_is_built_after_load_is_saved_in_the_background(
-    device: VulkanDevice, tmp_path: Path
+    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    ticks = ManualTicks(monkeypatch)
     folder = tmp_path / "cache"
     with PipelineCache(device) as shared:
         option = Option(
@@ -43,7 +48,6 @@ async def test_what_is_built_after_load_is_saved_in_the_background(
             pipeline_cache=shared,
             cache_dir=folder,
             graph_key="cunet",
-            autosave_interval=0.1,
         )
         async with Net(option) as served:
             await _load(served, "cunet")
@@ -55,10 +59,10 @@ async def test_what_is_built_after_load_is_saved_in_the_background(
                 await _load(other, "squeezenet")
             built = shared.statistics().spirv_entries
             assert built > after_load
-            deadline = time.monotonic() + 60  # a guard against a hang, not a timing assertion
-            while _saved_entries(folder, "cunet", device) < built:
-                assert time.monotonic() < deadline, "the autosave never wrote the new pipelines"
-                await asyncio.sleep(0.05)
+            assert _saved_entries(folder, "cunet", device) == after_load  # not before a tick
+            assert served._autosaver is not None
+            await ticks.tick(served._autosaver)  # the interval ends: the new pipelines saved
+            assert _saved_entries(folder, "cunet", device) == built
 
 
 async def test_the_save_after_a_load_leaves_the_first_requests_alone(
@@ -66,9 +70,11 @@ async def test_the_save_after_a_load_leaves_the_first_requests_alone(
 ) -> None:
     """The folder's save after a load (hashing every weight, merging the folder's file) waits
     ``SAVE_AFTER_LOAD_S``, so the first inference does not share the machine with it; then it
-    runs unasked, and ``flush_cache`` starts it at once."""
+    runs unasked, and ``flush_cache`` starts it at once. The AutoSaver never ticks here: on a
+    busy machine its interval would end before the first output and save in its place."""
     from asyncvk.net import _net
 
+    ManualTicks(monkeypatch)
     for delay in (3600.0, 0.2):
         monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", delay)
         folder = tmp_path / f"cache-{delay}"
@@ -84,10 +90,11 @@ async def test_the_save_after_a_load_leaves_the_first_requests_alone(
                     await net.flush_cache()
                     assert _saved_entries(folder, "cunet", device) > 0
                     continue
-                deadline = time.monotonic() + 60  # a guard against a hang
-                while _saved_entries(folder, "cunet", device) == 0:
-                    assert time.monotonic() < deadline, "the save after load never ran"
-                    await asyncio.sleep(0.05)
+                pending = net._pending_save
+                assert pending is not None
+                async with asyncio.timeout(HANG_S):  # a guard against a hang
+                    await asyncio.shield(pending)  # its delay runs out: it saves, unasked
+                assert _saved_entries(folder, "cunet", device) > 0
 
 
 async def test_a_reload_saves_the_last_load_first(
@@ -97,6 +104,7 @@ async def test_a_reload_saves_the_last_load_first(
     cache, before its own folder opens (no orphaned save to race the new one)."""
     from asyncvk.net import _net
 
+    ManualTicks(monkeypatch)  # no save on the AutoSaver's clock either
     monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", 3600.0)
     folder = tmp_path / "cache"
     with PipelineCache(device) as shared:
@@ -115,6 +123,7 @@ async def test_a_bare_close_drops_the_save_still_waiting(
     load, still waiting out its delay, is cancelled with the rest instead of left pending."""
     from asyncvk.net import _net
 
+    ManualTicks(monkeypatch)  # no save on the AutoSaver's clock either
     monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", 3600.0)
     folder = tmp_path / "cache"
     with PipelineCache(device) as shared:

@@ -138,8 +138,14 @@ async def test_failure_reaches_every_waiter_and_is_not_cached(device: VulkanDevi
 
 
 async def test_cancelling_one_waiter_leaves_the_others_served(device: VulkanDevice) -> None:
-    gate = threading.Event()
-    device.creation_probe = lambda entering: gate.wait(10) if entering else None
+    gate, entered = threading.Event(), threading.Event()
+
+    def probe(entering: bool) -> None:
+        if entering:
+            entered.set()
+            gate.wait(60)
+
+    device.creation_probe = probe
     try:
         with PipelineCache(device) as cache:
             waiters = [
@@ -148,7 +154,10 @@ async def test_cancelling_one_waiter_leaves_the_others_served(device: VulkanDevi
                 )
                 for _ in range(3)
             ]
-            await asyncio.sleep(0.05)
+            # the build is in the driver, held, and all three wait for it: the event itself,
+            # not a guess at how long that takes (60 s: a guard against a hang)
+            assert await asyncio.to_thread(entered.wait, 60)
+            assert cache.statistics().inflight_joins == 2
             waiters[0].cancel()
             gate.set()
             with pytest.raises(asyncio.CancelledError):

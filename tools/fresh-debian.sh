@@ -7,6 +7,8 @@
 #
 #   main     the README's first ```sh block  (install, then examples/cold_warm.py)
 #   test     the README's second ```sh block (install with --test, then pytest)
+#   ci       the same, with tools/ci-load.sh (the timing-sensitive tests under a CPU load)
+#            between the install and the suite
 #   wheel    tools/build-wheel.sh in one fresh root; then, in a second one that has only
 #            python3, libvulkan1 and mesa-vulkan-drivers (no compiler, no headers, no shaderc),
 #            `pip install` of that wheel and examples/cold_warm.py run from it, every builtin
@@ -42,7 +44,7 @@ for arg in "$@"; do
     --head) source_tree="head" ;;
     --user) as_user="dev" ;;
     --keep) keep=1 ;;
-    main | test | wheel) [ -z "$which" ] || usage; which="$arg" ;;
+    main | test | ci | wheel) [ -z "$which" ] || usage; which="$arg" ;;
     *) usage ;;
   esac
 done
@@ -62,6 +64,11 @@ readme_block() {
 case "$which" in
   main) command="$(readme_block 1)" ;;
   test) command="$(readme_block 2)" ;;
+  ci)
+    command="$(readme_block 2)"
+    case "$command" in *" && "*) ;; *) die "the README's test command has no ' && ' to run the load after" ;; esac
+    command="${command/ && / \&\& tools/ci-load.sh \&\& }"
+    ;;
   wheel) command="tools/build-wheel.sh $([ -n "$as_user" ] && echo "/home/$as_user" || echo /root)/dist" ;;
 esac
 [ -n "$command" ] || die "README.md has no ${which} command (its \`\`\`sh blocks)"

@@ -63,10 +63,14 @@ class AutoSaver:
 
     async def _run(self) -> None:
         while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=self.interval)
+            await self._tick()
             if self.dirty and not self.cache.closed:
                 await self.save_now()
+
+    async def _tick(self) -> None:
+        """Wait ``interval`` seconds, or until stopped (tests put ticks of their own here)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=self.interval)
 
     async def save_now(self) -> SaveResult | None:
         """Save at once if anything is unsaved; None when there was nothing to save."""
