@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._errors import AsyncVkError as AsyncVkError
 from ._errors import CacheMissError as CacheMissError
+from ._errors import DeviceError as DeviceError
 from ._errors import DeviceLostError as DeviceLostError
 from ._errors import GpuTimeoutError as GpuTimeoutError
 from ._errors import InputError as InputError
@@ -81,6 +82,7 @@ __all__ = (
     "get_gpu_device",
     "get_gpu_info",
     "CacheMissError",
+    "DeviceError",
     "DeviceLostError",
     "GpuTimeoutError",
     "InputError",

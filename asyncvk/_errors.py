@@ -3,21 +3,26 @@
 ::
 
     AsyncVkError
-    ├── NoDeviceError                 no Vulkan device, or a bad device index
-    ├── VulkanError                   a VkResult other than VK_SUCCESS (attribute: result, call)
-    │   ├── OutOfDeviceMemoryError    (also a MemoryError)
-    │   └── DeviceLostError
-    ├── GpuTimeoutError               a fence wait over its limit (also a TimeoutError)
+    ├── DeviceError                   the Vulkan device or driver failed us
+    │   ├── NoDeviceError             no Vulkan device, or a bad device index
+    │   ├── VulkanError               a VkResult other than VK_SUCCESS (attributes: result, call)
+    │   │   ├── OutOfDeviceMemoryError    (also a MemoryError)
+    │   │   └── DeviceLostError
+    │   └── GpuTimeoutError           a fence wait over its limit (also a TimeoutError)
     ├── ShaderCompileError            GLSL that shaderc rejected (attributes: shader, log)
     ├── SpirvError                    SPIR-V words that cannot be reflected (attribute: offset)
     ├── PipelineError                 a pipeline request that cannot be served (bad spec count)
     ├── CacheMissError                must-hit mode saw a pipeline that had to be compiled
     ├── ProfilingUnsupportedError     the device's queue cannot write GPU timestamps
-    ├── ModelFormatError              a malformed .param/.bin (attributes: file, line, layer)
-    └── InputError                    an input that cannot be used as given (also a ValueError)
+    ├── ModelFormatError              a malformed .param/.bin (also a ValueError; attributes:
+    │                                 file, line, layer)
+    └── InputError                    an input that cannot be used as given: a name the model
+        │                             has no blob for, a shape or dtype it cannot take (also a
+        │                             ValueError)
         └── InputTooLargeError        its bytes, or its plan's, are over a limit (nbytes, limit)
 
-A bad cache *file* is never an exception: it is a cache miss with a reason.
+A missing model file is a ``FileNotFoundError`` (an ``OSError``) naming the path. A bad cache
+*file* is never an exception: it is a cache miss with a reason.
 """
 
 from __future__ import annotations
@@ -27,11 +32,16 @@ class AsyncVkError(Exception):
     """Base of every error asyncvk raises on purpose."""
 
 
-class NoDeviceError(AsyncVkError):
+class DeviceError(AsyncVkError):
+    """The Vulkan device or driver failed: none to use, a call that returned an error, a lost
+    device, a GPU that did not finish in time."""
+
+
+class NoDeviceError(DeviceError):
     """No Vulkan device can be used (no driver, or the index is out of range)."""
 
 
-class VulkanError(AsyncVkError):
+class VulkanError(DeviceError):
     """A Vulkan call returned an error code."""
 
     def __init__(self, call: str, result: int, name: str) -> None:
@@ -49,7 +59,7 @@ class DeviceLostError(VulkanError):
     """VK_ERROR_DEVICE_LOST: the device must be recreated."""
 
 
-class GpuTimeoutError(AsyncVkError, TimeoutError):
+class GpuTimeoutError(DeviceError, TimeoutError):
     """The GPU did not finish within ``seconds`` (a fence wait; not a lost device).
 
     The limit is ``VulkanDevice.fence_timeout_s``, from ``ASYNCVK_FENCE_TIMEOUT_S``.
@@ -94,7 +104,7 @@ class ProfilingUnsupportedError(AsyncVkError):
     """Dispatch profiling asked of a device whose compute queue writes no timestamps."""
 
 
-class ModelFormatError(AsyncVkError):
+class ModelFormatError(AsyncVkError, ValueError):
     """A malformed ncnn model file; names the file, the line and the layer where known."""
 
     def __init__(
@@ -121,8 +131,9 @@ class ModelFormatError(AsyncVkError):
 
 
 class InputError(AsyncVkError, ValueError):
-    """An input that cannot be used as given: a .npy whose header and length disagree, a bad
-    shape. A ValueError too, so code that caught ValueError for bad inputs still does."""
+    """An input that cannot be used as given: a blob name the model does not have, a shape or
+    dtype it cannot take, a .npy whose header and length disagree. A ValueError too, so code
+    that caught ValueError for bad inputs still does."""
 
 
 class InputTooLargeError(InputError):

@@ -1,5 +1,5 @@
 """Hostile model files: whatever a .param/.bin holds, loading and running it ends in a
-ModelFormatError (load time) or a PlanError (a blob too large for the input given), naming the
+ModelFormatError (load time) or an InputError (a blob too large for the input given), naming the
 file, line and layer; never a traceback from inside, a memory blow-up or a silently wrong result.
 NaN planted in the weights comes out where ncnn's reference layers (src/layer/*.cpp) put it.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from asyncvk import InputError
 from asyncvk._errors import ModelFormatError
 from asyncvk.layers._limits import (
     MAX_BLOB_ELEMENTS,
@@ -28,7 +29,6 @@ from asyncvk.layers._limits import (
 )
 from asyncvk.net._net import Net
 from asyncvk.net._option import Option
-from asyncvk.net._plan import PlanError
 
 MODELS = Path(__file__).parent / "models"
 FLT_MAX = np.float32(np.finfo(np.float32).max)
@@ -177,7 +177,7 @@ async def test_blob_over_a_limit_is_a_plan_error_before_allocating(
     param = tiny_param("Input in0 0 1 in0", f"Interp up 1 1 in0 out0 0=1 1={scale} 2={scale}")
     x = np.zeros((3, 44, 44), np.float32)
     taken = r"layer 'up' \(Interp\) cannot take inputs \[\(3, 44, 44\)\]: "
-    with pytest.raises(PlanError, match=rf"{taken}.*exceeds the limit {limit}"):
+    with pytest.raises(InputError, match=rf"{taken}.*exceeds the limit {limit}"):
         await run_net(param, b"", {"in0": x}, ["out0"], use_vulkan=use_vulkan)
 
 

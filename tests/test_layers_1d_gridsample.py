@@ -14,8 +14,8 @@ import pytest
 from conftest import needs_vulkan
 from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward, raw, tagged, write_model
 
+from asyncvk import InputError
 from asyncvk._errors import ModelFormatError
-from asyncvk.net._plan import PlanError
 
 pytest.importorskip("ncnn")
 pytestmark = needs_vulkan
@@ -222,5 +222,5 @@ async def test_a_blob_the_layer_cannot_take_is_a_plan_error(
     weights = [tagged(np.ones(12, np.float32))] if layer.startswith("Conv") else []
     model = write_model(tmp_path, case.model_text(), weights)
     inputs = {f"in{i}": np.ones(s, np.float32) for i, s in enumerate(shapes)}
-    with pytest.raises(PlanError, match=re.escape(message)):
+    with pytest.raises(InputError, match=re.escape(message)):
         await asyncvk_forward(model, inputs, ["out0"], gpu=gpu)

@@ -24,9 +24,9 @@ from ncnn_oracle import (
     write_model,
 )
 
+from asyncvk import InputError
 from asyncvk._errors import ModelFormatError
 from asyncvk.layers import detection
-from asyncvk.net._plan import PlanError
 
 pytest.importorskip("ncnn")
 pytestmark = needs_vulkan
@@ -348,5 +348,5 @@ async def test_blobs_too_small_for_the_priors_are_a_plan_error(
     )
     inputs = {"loc": np.zeros(loc, np.float32), "conf": np.zeros(conf, np.float32)}
     inputs["pb"] = np.zeros(pb, np.float32)
-    with pytest.raises(PlanError, match=re.escape(message)):
+    with pytest.raises(InputError, match=re.escape(message)):
         await asyncvk_forward(model, inputs, ["out0"], gpu=gpu)

@@ -14,9 +14,9 @@ import pytest
 from conftest import needs_vulkan
 from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward, raw, write_model
 
+from asyncvk import InputError
 from asyncvk._errors import ModelFormatError
 from asyncvk.layers import norms
-from asyncvk.net._plan import PlanError
 
 pytest.importorskip("ncnn")
 pytestmark = needs_vulkan
@@ -182,5 +182,5 @@ async def test_a_blob_the_layer_cannot_take_is_a_plan_error(
     """ncnn would read weights past their end (or skip a depth slice): asyncvk names why."""
     case = Case("bad-shape", layer, shape, weights)
     model = write_model(tmp_path, case.model_text(), _weights(case, np.random.default_rng(0)))
-    with pytest.raises(PlanError, match=re.escape(message)):
+    with pytest.raises(InputError, match=re.escape(message)):
         await asyncvk_forward(model, {"in0": np.ones(shape, np.float32)}, ["out0"], gpu=gpu)

@@ -17,8 +17,8 @@ import pytest
 from conftest import needs_vulkan
 from ncnn_oracle import assert_close, asyncvk_forward, ncnn_forward, write_model
 
+from asyncvk import InputError
 from asyncvk._errors import ModelFormatError
-from asyncvk.net._plan import PlanError
 
 pytest.importorskip("ncnn")
 pytestmark = needs_vulkan
@@ -282,5 +282,5 @@ async def test_a_blob_the_layer_cannot_take_is_a_plan_error(
 ) -> None:
     """ncnn would silently ignore the axis (or mis-shape the blob): asyncvk names why."""
     model = write_model(tmp_path, case("bad-shape", layer, shape).model_text())
-    with pytest.raises(PlanError, match=re.escape(message)):
+    with pytest.raises(InputError, match=re.escape(message)):
         await asyncvk_forward(model, {"in0": np.ones(shape, np.float32)}, ["out"], gpu=gpu)

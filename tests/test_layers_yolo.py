@@ -20,11 +20,10 @@ import pytest
 from conftest import needs_vulkan
 from ncnn_oracle import Model, assert_same_detections, asyncvk_forward, ncnn_forward, write_model
 
-from asyncvk import Net, Option
+from asyncvk import InputError, Net, Option
 from asyncvk._errors import ModelFormatError
 from asyncvk.layers import yolo
 from asyncvk.layers._nms import qsort_descent_order
-from asyncvk.net._plan import PlanError
 
 pytest.importorskip("ncnn")
 pytestmark = needs_vulkan
@@ -305,5 +304,5 @@ async def test_channels_must_fit_num_box_and_num_class(tmp_path: Path) -> None:
     rng = np.random.default_rng(17)
     maps = [feature_map(rng, 2, 3, 5, 7)[:-1], feature_map(rng, 2, 3, 10, 14)]
     m = model(tmp_path, V3, 2)
-    with pytest.raises(PlanError, match=r"input 0 has 15 channels.*= 16"):
+    with pytest.raises(InputError, match=r"input 0 has 15 channels.*= 16"):
         await asyncvk_forward(m, {f"in{i}": x for i, x in enumerate(maps)}, ["out0"])

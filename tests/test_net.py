@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -170,10 +171,31 @@ async def test_only_the_requested_outputs_ancestors_run(device: VulkanDevice) ->
 async def test_bad_inputs_are_clear_errors(device: VulkanDevice) -> None:
     async with await _load() as net:
         ex = net.create_extractor()
-        with pytest.raises(KeyError, match="no blob named 'nope'"):
+        with pytest.raises(asyncvk.InputError, match="no blob named 'nope'"):
             ex.input("nope", np.zeros(3))
-        with pytest.raises(asyncvk.AsyncVkError, match="were not set"):
+        with pytest.raises(asyncvk.InputError, match="dtype complex128"):
+            ex.input("in0", np.zeros(3, dtype=complex))
+        with pytest.raises(asyncvk.InputError, match="were not set"):
             await ex.extract("out0")
+        with pytest.raises(asyncvk.InputError, match="no blob named 'nope'"):
+            await ex.extract("nope")
+
+
+async def test_one_error_tree_for_what_a_caller_gets_wrong(tmp_path: Path) -> None:
+    """What a caller can get wrong lands in the tree asyncvk exports: a missing file is the
+    OSError open() raises, a malformed model a ModelFormatError that is also a ValueError, a
+    bad input an InputError that is also a ValueError, a device failure a DeviceError."""
+    assert issubclass(asyncvk.ModelFormatError, ValueError)
+    assert issubclass(asyncvk.InputError, ValueError)
+    for device_error in (asyncvk.NoDeviceError, asyncvk.VulkanError, asyncvk.GpuTimeoutError):
+        assert issubclass(device_error, asyncvk.DeviceError)
+    async with Net() as net:
+        with pytest.raises(FileNotFoundError, match=r"missing\.param"):
+            await net.load_param(tmp_path / "missing.param")
+        (tmp_path / "bad.param").write_text("7767517\n1 1\nInput in0 0 1\n")
+        with pytest.raises(asyncvk.ModelFormatError) as bad:
+            await net.load_param(tmp_path / "bad.param")
+        assert "bad.param" in str(bad.value)
 
 
 async def test_cancelled_load_model_leaks_nothing(device: VulkanDevice) -> None:

@@ -11,7 +11,7 @@ ncnn allocates whatever it is asked for; asyncvk checks every size before alloca
 * at planning (and before each layer on the CPU path), every blob shape the layers work out for
   the inputs given, and the temporaries the CPU layers make (a padded copy, im2col columns),
   against :data:`MAX_EXTENT` and :data:`MAX_BLOB_ELEMENTS`, so an input that makes a blob too
-  large is a PlanError naming the layer before anything is allocated.
+  large is an InputError naming the layer before anything is allocated.
 
 The limits sit far above what networks use (kernels and strides of 1-11, pads of a few pixels,
 at most tens of thousands of channels) and below what breaks the runtime: shaders index blobs

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._errors import InputError
 from .._threads import run_sync
 from ._graph import Graph
 from ._plan import needed_nodes, run_cpu_layer
@@ -46,25 +47,25 @@ class Extractor:
         graph = self._graph()
         index = graph.blob_index.get(name)
         if index is None:
-            raise KeyError(f"no blob named {name!r} (inputs: {list(graph.input_names)})")
+            raise InputError(f"no blob named {name!r} (inputs: {list(graph.input_names)})")
         kind = np.asarray(array).dtype.kind
         if kind not in "fiu":  # real numbers become float32; bool, complex, text do not
-            raise ValueError(
+            raise InputError(
                 f"input {name!r}: dtype {np.asarray(array).dtype} is not a real number type"
             )
         data = np.asarray(array, dtype=np.float32)
         if data.ndim == 4 and data.shape[0] == 1:
             data = data[0]
         if data.ndim not in (1, 2, 3, 4):
-            raise ValueError(f"input {name!r} must have 1 to 4 dims, got shape {data.shape}")
+            raise InputError(f"input {name!r} must have 1 to 4 dims, got shape {data.shape}")
         self._inputs[index] = np.ascontiguousarray(data)
 
     def _output_index(self, name: str) -> int:
-        """The blob ``name`` names, as an output to extract (KeyError naming the outputs)."""
+        """The blob ``name`` names, as an output to extract (InputError naming the outputs)."""
         graph = self._graph()
         target = graph.blob_index.get(name)
         if target is None:
-            raise KeyError(f"no blob named {name!r} (outputs: {list(graph.output_names)})")
+            raise InputError(f"no blob named {name!r} (outputs: {list(graph.output_names)})")
         return target
 
     async def extract(self, name: str) -> np.ndarray:

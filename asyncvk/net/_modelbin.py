@@ -83,7 +83,9 @@ class ModelBinReader:
                 return reader
             try:
                 return cls(Path(source).read_bytes(), name)
-            except (OSError, ValueError) as exc:
+            except OSError:
+                raise  # FileNotFoundError, PermissionError, ...: an OSError naming the path
+            except ValueError as exc:
                 reason = getattr(exc, "strerror", None) or exc
                 raise ModelFormatError(f"cannot read: {reason}", file=name[:200]) from exc
         file_name = getattr(source, "name", None)

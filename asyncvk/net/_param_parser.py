@@ -200,7 +200,8 @@ def _check_blob_count(graph: _Graph, blob_count: int, counts_line: int) -> None:
 
 
 def _read_source(source: object) -> tuple[str, bytes | str]:
-    """Return (name for errors, content); every I/O failure becomes a ModelFormatError."""
+    """Return (name for errors, content). A path that cannot be read raises the OSError that
+    names it (``FileNotFoundError`` for a missing file); anything else is a ModelFormatError."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         return "<bytes>", bytes(source)
     if isinstance(source, (str, os.PathLike)):
@@ -208,6 +209,8 @@ def _read_source(source: object) -> tuple[str, bytes | str]:
         try:
             return name, Path(source).read_bytes()
         except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and "\n" not in name:
+                raise  # FileNotFoundError, PermissionError, ...: an OSError naming the path
             hint = " (pass bytes, not str, for file content)" if "\n" in name else ""
             reason = getattr(exc, "strerror", None) or exc
             raise ModelFormatError(f"cannot read: {reason}{hint}", file=name[:200]) from exc

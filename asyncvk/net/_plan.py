@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._errors import AsyncVkError
+from .._errors import InputError
 from .._input_limits import check_plan_fits
 from .._threads import run_sync
 from ..gpu._command import CommandRecorder
@@ -33,10 +33,6 @@ if TYPE_CHECKING:  # a GpuModel makes plans: at run time this module needs only 
     from ._gpu_model import BoundNode, GpuModel
 
 Shape = tuple[int, ...]
-
-
-class PlanError(AsyncVkError):
-    """The graph cannot run with these inputs (missing input, bad shape)."""
 
 
 @dataclass
@@ -315,7 +311,7 @@ class Plan:
                     host[t] = value
         if self.target in host:
             return np.asarray(host[self.target], dtype=np.float32)
-        raise PlanError(f"blob {self.graph.blob_names[self.target]!r} was not produced")
+        raise InputError(f"blob {self.graph.blob_names[self.target]!r} was not produced")
 
     def release(self) -> None:
         for step in self.steps:
@@ -352,9 +348,9 @@ class Plan:
 _SHAPE_ERRORS = (ValueError, IndexError, KeyError, ArithmeticError)
 
 
-def _cannot_take(node: GraphNode, in_shapes: list[Shape], exc: Exception) -> PlanError:
+def _cannot_take(node: GraphNode, in_shapes: list[Shape], exc: Exception) -> InputError:
     layer = f"layer {node.layer.name!r} ({node.layer.type_name})"
-    return PlanError(f"{layer} cannot take inputs {in_shapes}: {exc}")
+    return InputError(f"{layer} cannot take inputs {in_shapes}: {exc}")
 
 
 def _group_steps(run: list[GraphNode], on_gpu: dict[int, bool]) -> list[_Segment | _CpuStep]:
@@ -372,7 +368,7 @@ def _group_steps(run: list[GraphNode], on_gpu: dict[int, bool]) -> list[_Segment
 
 def run_cpu_layer(node: GraphNode, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """A layer's numpy forward, its output shapes checked against the limits first, so a
-    blob too large is a PlanError before anything is allocated. Arithmetic is IEEE, as in
+    blob too large is an InputError before anything is allocated. Arithmetic is IEEE, as in
     ncnn: an inf or NaN from the weights is a value, not a warning."""
     in_shapes = [tuple(x.shape) for x in inputs]
     try:
@@ -397,5 +393,5 @@ def needed_nodes(graph: Graph, given: set[int], target: int) -> list[GraphNode]:
         needed.add(node.index)
         wanted.update(node.bottoms)
     if missing:
-        raise PlanError(f"input blob(s) {sorted(missing)} were not set")
+        raise InputError(f"input blob(s) {sorted(missing)} were not set")
     return [n for n in graph.nodes if n.index in needed]
