@@ -10,6 +10,7 @@ from ._cli_report import print_report
 
 def cmd_info(args: argparse.Namespace) -> int:
     from .gpu import get_default_gpu_index, get_gpu_count, get_gpu_info
+    from .gpu._instance import NO_DRIVER_FIX
     from .shader._packaged import packaged_state
 
     count = get_gpu_count()
@@ -19,7 +20,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     def text() -> None:
         if not devices:
-            print("no Vulkan device found (install mesa-vulkan-drivers for lavapipe)")
+            print(f"no Vulkan device found: {NO_DRIVER_FIX}")
         for d in devices:
             mark = "*" if d["index"] == default else " "
             print(f"{mark} [{d['index']}] {d['device_name']} ({d['device_type']})")

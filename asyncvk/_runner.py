@@ -84,6 +84,10 @@ async def open_net(config: RunConfig) -> OpenNet:
     t0 = time.perf_counter()
     use_gpu = not config.cpu and get_gpu_count() > 0
     opt.use_vulkan_compute = use_gpu
+    if not config.cpu and not use_gpu:
+        from .gpu._instance import NO_DRIVER_FIX
+
+        print(f"asyncvk: no Vulkan device: running on the CPU; {NO_DRIVER_FIX}", file=sys.stderr)
     cache: PipelineCache | None = None
     report["cache_loaded"] = False
     report["cache_reason"] = "no cache requested"

@@ -22,6 +22,13 @@ from ._info import DEVICE_TYPE_NAMES, DEVICE_TYPE_RANK, GpuInfo, GpuLimits, Queu
 from ._quirks import resolve_quirks
 
 log = logging.getLogger("asyncvk.gpu")
+
+#: What to do when there is no Vulkan driver, said wherever its absence is found.
+NO_DRIVER_FIX = (
+    "install a Vulkan driver: your GPU's, or Mesa's lavapipe to run on the CPU through Vulkan "
+    "(apt install mesa-vulkan-drivers); or run without Vulkan on the CPU "
+    "(--cpu, Option(use_vulkan_compute=False))"
+)
 vk = _vk.vkapi
 ffi = _vk.ffi
 
@@ -58,8 +65,10 @@ class _Instance:
         )
         try:
             self.handle = _vk.api.vkCreateInstance(create_info, None)
-        except (vk.VkError, vk.VkException) as exc:
-            raise NoDeviceError(f"no Vulkan driver could create an instance: {exc!r}") from exc
+        except (vk.VkError, vk.VkException, VulkanError) as exc:
+            raise NoDeviceError(
+                f"no Vulkan driver could create an instance ({exc}): {NO_DRIVER_FIX}"
+            ) from exc
         self.messenger = self._create_messenger() if layers else None
         self.physical_devices: list[Any] = list(_vk.api.vkEnumeratePhysicalDevices(self.handle))
         self.infos: list[GpuInfo] = [
@@ -335,7 +344,7 @@ def get_default_gpu_index() -> int:
     """discrete > integrated > virtual > cpu, unless ``ASYNCVK_DEVICE`` says otherwise."""
     infos = instance().infos
     if not infos:
-        raise NoDeviceError("no Vulkan device found (install mesa-vulkan-drivers for lavapipe)")
+        raise NoDeviceError(f"no Vulkan device found: {NO_DRIVER_FIX}")
     choice = os.environ.get("ASYNCVK_DEVICE", "").strip().lower()
     if choice.isdigit():
         i = int(choice)

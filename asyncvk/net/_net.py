@@ -203,6 +203,8 @@ class Net:
         use = self.opt.use_vulkan_compute
         if use is None:
             use = get_gpu_count() > 0
+            if not use:
+                _warn_cpu_fallback()
         self.use_vulkan = bool(use)
         if not self.use_vulkan:
             return
@@ -415,3 +417,20 @@ class Net:
     def _plans(self) -> dict[PlanKey, list[Plan]]:
         """The current model's plans by (target, input shapes), for tests and benchmarks."""
         return self.gpu_model.plans.plans if self.gpu_model else {}
+
+
+def _warn_cpu_fallback() -> None:
+    """Once a process: a Net left to choose runs on the CPU when there is no Vulkan device."""
+    if _cpu_fallback_warned:
+        return
+    _cpu_fallback_warned.append(True)
+    import logging
+
+    from ..gpu._instance import NO_DRIVER_FIX
+
+    logging.getLogger("asyncvk").warning(
+        "no Vulkan device: running on the CPU (numpy), much slower; %s", NO_DRIVER_FIX
+    )
+
+
+_cpu_fallback_warned: list[bool] = []
