@@ -1,7 +1,7 @@
 """A load's reads from Redis without redis-py (``_redis_reads``), against a real redis-server:
 the same address redis-py reads from a URL, the same replies as redis-py's store, log-in,
-databases and unix sockets, the server's errors, and a second machine that never imports
-redis-py."""
+databases and unix sockets, the server's errors (one key's, or the store's), and a second
+machine that never imports redis-py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,13 @@ from test_remote_cache import CUNET, _run_counting_imports
 
 from asyncvk.cache._redis_reads import FastReadRedisStore, RedisAddress, read_address
 from asyncvk.cache._redis_store import RedisStore
-from asyncvk.cache._remote_store import RemoteStore, RemoteStoreError, parse_remote_url
+from asyncvk.cache._remote_store import (
+    ReadBudget,
+    RemoteStore,
+    RemoteStoreError,
+    Unread,
+    parse_remote_url,
+)
 from asyncvk.cache._remote_tier import remote_tier_for
 
 PASSWORD = "s3cret:/@pw"
@@ -83,16 +89,22 @@ def _stores(url: str) -> list[RemoteStore]:
 
 
 async def _read_both(url: str) -> list[object]:
-    """What each store (fast reads, redis-py) reads of the same keys."""
+    """What each store (fast reads, redis-py) reads of the same keys, and what is left of each
+    read's budget."""
     got = []
     for store in _stores(url):
+        budgets = [ReadBudget(1 << 30), ReadBudget(1 << 30), ReadBudget(200000)]
         try:
             got.append(
                 (
-                    await store.get_with_newest(["a", "big", "absent"], 1 << 20, "set", 2),
-                    await store.get_many(["big", "a"], 9),
-                    await store.get_many([], 9),
+                    await store.get_with_newest(
+                        ["a", "big", "list", "absent"], 1 << 20, budgets[0], "set", 2
+                    ),
+                    await store.get_many(["big", "a", "list"], 9, budgets[1]),
+                    await store.get_many([], 9, budgets[1]),
+                    await store.get_many(["a", "big", "a"], 1 << 20, budgets[2]),
                     await store.newest_members("set", 5),
+                    await store.newest_members("a", 5),  # a string: no set
                 )
             )
         finally:
@@ -102,10 +114,12 @@ async def _read_both(url: str) -> list[object]:
 
 async def test_reads_log_in_select_a_database_and_match_redis_py(locked: RedisServer) -> None:
     """Over TCP and the unix socket, with a password, in database 3: the fast reads give what
-    redis-py's store gives, a value longer than a read chunk included."""
+    redis-py's store gives, a value longer than a read chunk included, one over the limit, a
+    key of another type, and a budget spent midway (what follows is not read)."""
     with locked.client(db=3) as c:
         c.set("a", b"value a")
         c.set("big", bytes(range(256)) * 1024)  # 256 KiB: several reads of the socket
+        c.rpush("list", b"x")
         c.zadd("set", {"old": 1.0, "mid": 2.0, "new": 3.0})
     for url in (
         f"redis://:{QUOTED}@127.0.0.1:{locked.port}/3",
@@ -114,9 +128,12 @@ async def test_reads_log_in_select_a_database_and_match_redis_py(locked: RedisSe
     ):
         fast, theirs = await _read_both(url)
         assert fast == theirs, url
-        (values, members), head, _, _ = fast  # type: ignore[misc]
-        assert values == [b"value a", bytes(range(256)) * 1024, None] and members == ["new", "mid"]
-        assert head == [bytes(range(10)), b"value a"]
+        (values, members), small, _, spent, listed, not_a_set = fast  # type: ignore[misc]
+        big = bytes(range(256)) * 1024
+        assert values == [b"value a", big, Unread.WRONG_TYPE, None] and members == ["new", "mid"]
+        assert small == [Unread.TOO_LARGE, b"value a", Unread.WRONG_TYPE]
+        assert spent == [b"value a", Unread.OVER_BUDGET, Unread.OVER_BUDGET]
+        assert listed == ["new", "mid", "old"] and not_a_set == []
 
 
 async def test_a_wrong_password_is_an_error_naming_the_store_not_the_password(
@@ -125,18 +142,18 @@ async def test_a_wrong_password_is_an_error_naming_the_store_not_the_password(
     settings = parse_remote_url(f"redis://:wrong@127.0.0.1:{locked.port}/0")
     store = FastReadRedisStore(settings, read_address(settings.url) or RedisAddress())
     with pytest.raises(RemoteStoreError) as caught:
-        await store.get_many(["a"], 10)
+        await store.get_many(["a"], 10, ReadBudget(100))
     await store.aclose()
     message = str(caught.value)
     assert message.startswith(f"GETRANGE on redis://***@127.0.0.1:{locked.port}/0: server error")
     assert "WRONGPASS" in message and "wrong" not in message.replace("WRONGPASS", "")
 
 
-async def test_an_error_reply_drops_the_connection_and_the_next_read_reconnects(
+async def test_a_key_of_another_type_is_that_key_s_and_the_connection_stays(
     locked: RedisServer,
 ) -> None:
-    """A key of the wrong type: the server's error, named; the connection (with the rest of
-    the pipeline's replies on it) is not reused."""
+    """A key holding a list among the values read: that key's value is bad, the others are
+    read, and the connection goes on serving (the pipeline's replies were all read)."""
     with locked.client() as c:
         c.rpush("list", b"x")
         c.set("a", b"value a")
@@ -144,13 +161,38 @@ async def test_an_error_reply_drops_the_connection_and_the_next_read_reconnects(
     store, redis_py = _stores(f"redis://:{QUOTED}@127.0.0.1:{locked.port}/0")
     await redis_py.aclose()
     try:
-        with pytest.raises(RemoteStoreError, match=r"GETRANGE on .*: server error: WRONGTYPE"):
-            await store.get_many(["list", "a"], 10)
-        assert await store.get_many(["a"], 10) == [b"value a"]
+        got = await store.get_many(["list", "a"], 10, ReadBudget(100))
+        assert got == [Unread.WRONG_TYPE, b"value a"]
+        assert await store.get_many(["a"], 10, ReadBudget(100)) == [b"value a"]
     finally:
         await store.aclose()
     with locked.client() as c:
-        assert c.info("stats")["total_connections_received"] - before == 3  # 2 + this client
+        assert c.info("stats")["total_connections_received"] - before == 2  # 1 + this client
+
+
+async def test_a_store_error_drops_the_connection_and_the_next_read_reconnects(
+    locked: RedisServer,
+) -> None:
+    """An error that is the store's (a user not allowed GETRANGE), named; the connection (with
+    the rest of the pipeline's replies on it) is not reused."""
+    with locked.client() as c:
+        c.set("a", b"value a")
+        c.acl_setuser(
+            "reader", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-getrange"]
+        )
+        before = c.info("stats")["total_connections_received"]
+    settings = parse_remote_url(f"redis://reader:pw@127.0.0.1:{locked.port}/0")
+    store = FastReadRedisStore(settings, read_address(settings.url) or RedisAddress())
+    try:
+        with pytest.raises(RemoteStoreError, match=r"GETRANGE on .*: server error: NOPERM"):
+            await store.get_many(["a", "a"], 10, ReadBudget(100))
+        with locked.client() as c:
+            c.acl_setuser("reader", enabled=True, commands=["+getrange"])
+        assert await store.get_many(["a"], 10, ReadBudget(100)) == [b"value a"]
+    finally:
+        await store.aclose()
+    with locked.client() as c:
+        assert c.info("stats")["total_connections_received"] - before == 4  # 2 + 2 of the test's
 
 
 def test_a_second_machine_warm_from_redis_never_imports_redis_py(tmp_path: Path) -> None:
@@ -187,7 +229,7 @@ async def test_a_push_imports_redis_py_and_writes_through_it(tmp_path: Path) -> 
         store = await tier._open()
         assert isinstance(store, FastReadRedisStore)
         assert await store.add("k", b"v", 0) and not await store.add("k", b"w", 0)
-        assert await store.get_many(["k"], 10) == [b"v"]
+        assert await store.get_many(["k"], 10, ReadBudget(10)) == [b"v"]
         assert await store.exists_many(["k", "absent"]) == [True, False]
     finally:
         await tier.aclose()
@@ -204,25 +246,26 @@ async def test_a_read_cancelled_midway_leaves_no_reply_for_the_next(
         c.set("a", b"value a")
     store, redis_py = _stores(f"redis://:{QUOTED}@127.0.0.1:{locked.port}/0")
     await redis_py.aclose()
+    budget = ReadBudget(1 << 30)
     try:
-        assert await store.get_many(["a"], 10) == [b"value a"]  # connected
+        assert await store.get_many(["a"], 10, budget) == [b"value a"]  # connected
         reads = store._reads  # type: ignore[attr-defined]
         reader = reads._stream[0]
-        real_read = reader.read
+        real_readexactly = reader.readexactly
         calls = 0
 
-        async def cancelled_after_one_chunk(n: int = -1) -> bytes:
+        async def cancelled_after_one_value(n: int) -> bytes:
             nonlocal calls
             calls += 1
             if calls > 1:
                 raise asyncio.CancelledError
-            return await real_read(n)
+            return await real_readexactly(n)
 
-        reader.read = cancelled_after_one_chunk
+        reader.readexactly = cancelled_after_one_value
         with pytest.raises(asyncio.CancelledError):
-            await store.get_many(["big", "big", "big"], 1 << 21)
+            await store.get_many(["big", "big", "big"], 1 << 21, budget)
         assert calls == 2
-        assert await store.get_many(["a", "absent"], 10) == [b"value a", None]
+        assert await store.get_many(["a", "absent"], 10, budget) == [b"value a", None]
     finally:
         await store.aclose()
 
@@ -231,6 +274,6 @@ async def test_a_name_that_does_not_resolve_is_named_so() -> None:
     settings = parse_remote_url("redis://no-such-host.invalid:6379/0?connect_timeout=2")
     store = FastReadRedisStore(settings, read_address(settings.url) or RedisAddress())
     with pytest.raises(RemoteStoreError) as caught:
-        await store.get_many(["a"], 10)
+        await store.get_many(["a"], 10, ReadBudget(10))
     await store.aclose()
     assert "unknown error" not in str(caught.value), caught.value

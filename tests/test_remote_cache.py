@@ -1,5 +1,6 @@
 """The remote cache tier against a real redis-server: fresh processes warm from it, a server that
-is absent or dies mid-load, damaged, foreign, unsigned and expired values, racing writers."""
+is absent or dies mid-load, damaged, foreign, unsigned and expired values, racing writers.
+(Values crafted on purpose, hostile stores and the read bounds: ``test_remote_hostile``.)"""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from asyncvk import Net, Option
 from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.cache._redis_store import RedisStore
 from asyncvk.cache._remote_state import remote_state
-from asyncvk.cache._remote_store import parse_remote_url
+from asyncvk.cache._remote_store import ReadBudget, parse_remote_url
 from asyncvk.cache._remote_tier import remote_tier_for
 from asyncvk.cache._remote_values import (
     blob_index_key,
@@ -35,6 +36,7 @@ from asyncvk.cache._remote_values import (
     decode_spirv_value,
     encode_blob_value,
     encode_spirv_value,
+    key_space,
     parse_spirv_value_key,
     seal,
     spirv_value_key,
@@ -46,6 +48,10 @@ from asyncvk.shader._packaged_build import build_packaged
 MODELS = Path(__file__).parent / "models"
 CUNET = MODELS / "cunet"
 SQUEEZENET = MODELS / "squeezenet"
+#: A fleet's signing key: driver blobs are shared only with one
+KEY = "fleet secret"
+SPACE = key_space(KEY.encode())
+UNSIGNED = key_space(None)
 
 
 @pytest.fixture
@@ -309,8 +315,9 @@ async def test_a_packaged_body_that_fails_is_compiled_and_pushed(
     damage: str,
 ) -> None:
     """The folder's bodies stand in for the store's, but only good ones: a body whose checksum
-    fails is asked of the store; one that passes it and fails a later check is compiled, and
-    that compile is pushed like any other (the folder's good bodies never are)."""
+    fails is asked of the store, compiled, and that compile pushed like any other (the
+    folder's good bodies never are); one that passes it and fails a later check (a manifest
+    rewritten to name it) is compiled, and not pushed: it is not the body the manifest names."""
     shaders = _shader_folder(tmp_path, "scale_add", "copy_f32")
     folder = tmp_path / "packaged_spirv"
     build_packaged(folder, ShaderRegistry(shaders))
@@ -333,8 +340,10 @@ async def test_a_packaged_body_that_fails_is_compiled_and_pushed(
     await tier.aclose()
     assert asked == (1 if damage == "checksum" else 0)  # copy_f32's good body: never asked
     assert (stats.spirv_packaged, stats.spirv_compiles) == (1, 1)
-    stored = [parse_spirv_value_key(k.decode()) for k in _spirv_keys(server)]
-    assert [k.shader for k in stored if k is not None] == ["scale_add"]
+    stored = [parse_spirv_value_key(k.decode(), UNSIGNED) for k in _spirv_keys(server)]
+    # a body the manifest does not name is not pushed: a reader of this install refuses it
+    expected = ["scale_add"] if damage == "checksum" else []
+    assert [k.shader for k in stored if k is not None] == expected
 
 
 async def test_two_tasks_opening_the_store_share_one_connection(server: RedisServer) -> None:
@@ -343,19 +352,19 @@ async def test_two_tasks_opening_the_store_share_one_connection(server: RedisSer
     tier = remote_tier_for(server.url)
     assert tier is not None
     first, second = await asyncio.gather(tier._open(), tier._open())
-    await first.get_many(["absent"], 1024)
-    await second.get_many(["absent"], 1024)
+    await first.get_many(["absent"], 1024, ReadBudget(1024))
+    await second.get_many(["absent"], 1024, ReadBudget(1024))
     with server.client() as c:
         assert len(c.client_list()) == 2  # this test's client and the tier's one
     await tier.aclose()
 
 
-async def test_a_load_reads_entries_and_the_blob_list_in_one_round_trip_without_metadata(
+async def test_redis_py_reads_entries_and_the_blob_list_without_metadata(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The values and the newest members of a set come back from one pipeline; the connection
-    is made without looking redis-py's version up in the installed packages' metadata (19 ms
-    per connection on a 2-core machine)."""
+    """Through redis-py, the values and the newest members of a set come back on one
+    connection made without looking redis-py's version up in the installed packages' metadata
+    (19 ms per connection on a 2-core machine)."""
     import importlib.metadata
 
     with server.client() as c:
@@ -371,7 +380,7 @@ async def test_a_load_reads_entries_and_the_blob_list_in_one_round_trip_without_
     monkeypatch.setattr(importlib.metadata, "version", counting_version)
     store = RedisStore(parse_remote_url(server.url))
     try:
-        got = await store.get_with_newest(["a", "absent"], 1024, "set", 1)
+        got = await store.get_with_newest(["a", "absent"], 1024, ReadBudget(1024), "set", 1)
     finally:
         await store.aclose()
     assert got == ([b"value a", None], ["new"])
@@ -451,7 +460,7 @@ async def test_a_corrupted_value_is_a_miss_with_a_reason(
         c.set(keys[1], c.get(keys[2]) or b"")  # another key's value, copied over
     net, delta, compiles = await _fresh_load(server.url)
     assert (delta["rejected"], compiles) == (2, 2)
-    assert delta["hits"] == len(keys) - 2 + 1  # the rest of the store still served, and the blob
+    assert delta["hits"] == len(keys) - 2  # the rest of the store still served
     status = net.remote_status
     assert status is not None
     reasons = "\n".join(status["rejections"][-2:])
@@ -467,22 +476,27 @@ async def test_a_value_over_max_value_is_never_read_whole(
 ) -> None:
     """A value over ``max_value`` is a miss with a reason, and the store sends at most
     ``max_value + 1`` bytes of it, not the value (a store filled with huge values costs no
-    memory). It is not bad, only larger than this reader takes: the push leaves it for readers
-    with a larger cap, also one of exactly ``max_value + 1`` bytes (read whole)."""
+    memory). No writer of the fleet writes one (``max_value`` caps writes too): it is a bad
+    value, and the push replaces it, also one of exactly ``max_value + 1`` bytes (read whole).
+    A value of exactly ``max_value`` bytes is read (here: not an envelope, so bad too)."""
     await _filled(server.url)
     keys = _spirv_keys(server)
     huge, limit = 4 << 20, 200000
     with server.client() as c:
+        good = [c.get(k) for k in keys[:3]]
         c.set(keys[0], b"x" * huge)
         c.set(keys[1], b"y" * (limit + 1))
+        c.set(keys[2], b"z" * limit)
         sent_before = c.info("stats")["total_net_output_bytes"]
     net, delta, compiles = await _fresh_load(f"{server.url}?max_value={limit}")
     status = net.remote_status
-    assert status is not None and f"over max_value {limit}" in status["rejections"][-1]
-    assert (delta["rejected"], compiles, delta["replaced"]) == (2, 2, 0)
+    assert status is not None
+    reasons = "\n".join(status["rejections"][-3:])
+    assert reasons.count(f"over max_value {limit}") == 2 and "bad magic" in reasons, reasons
+    assert (delta["rejected"], compiles, delta["replaced"]) == (3, 3, 3)
     with server.client() as c:
         sent = c.info("stats")["total_net_output_bytes"] - sent_before
-        assert (c.strlen(keys[0]), c.get(keys[1])) == (huge, b"y" * (limit + 1))
+        assert [c.get(k) for k in keys[:3]] == good
     assert sent < huge // 4, sent
     await net.aclose()
 
@@ -560,20 +574,20 @@ async def test_a_damaged_driver_blob_is_replaced_by_a_process_holding_that_blob(
     can mend a damaged value of it: such a process used to find its key listed and push
     nothing (nor would SET NX have written). lavapipe's blob is the same bare header in every
     process, so every process is one."""
-    await _filled(server.url)
-    index = blob_index_key(device.info.identity)
+    await _filled(server.url, remote_cache_key=KEY)
+    index = blob_index_key(device.info.identity, SPACE)
     with server.client() as c:
         [member] = c.zrange(index, 0, -1)
         good = c.get(member) or b""
         damaged = bytearray(good)
         damaged[len(damaged) // 2] ^= 0x01
         c.set(member, bytes(damaged), keepttl=True)
-    net, delta, compiles = await _fresh_load(server.url)
+    net, delta, compiles = await _fresh_load(server.url, remote_cache_key=KEY)
     assert (delta["rejected"], delta["replaced"], compiles) == (1, 1, 0)
     with server.client() as c:
         assert c.get(member) == good and c.zrange(index, 0, -1) == [member]
     await net.aclose()
-    again, delta, _ = await _fresh_load(server.url)
+    again, delta, _ = await _fresh_load(server.url, remote_cache_key=KEY)
     assert again.cache is not None and again.cache._merged_blobs
     assert delta["rejected"] == 0
     await again.aclose()
@@ -588,9 +602,10 @@ async def _list_other_writers_blobs(url: str, device: VulkanDevice) -> list[str]
     store = RedisStore(settings)
     keys = []
     for writer in (b"machine one", b"machine two"):
-        key, value = encode_blob_value(driver_blob(identity, tail=writer * 8), identity, None)
+        blob = driver_blob(identity, tail=writer * 8)
+        key, value = encode_blob_value(blob, identity, KEY.encode())
         assert await store.add(key, value, settings.ttl)
-        await store.add_member(blob_index_key(identity), key, settings.ttl, drop=[], keep=8)
+        await store.add_member(blob_index_key(identity, SPACE), key, settings.ttl, drop=[], keep=8)
         keys.append(key)
     await store.aclose()
     return keys
@@ -598,7 +613,7 @@ async def _list_other_writers_blobs(url: str, device: VulkanDevice) -> list[str]
 
 def _listed_blobs(server: RedisServer, device: VulkanDevice) -> set[str]:
     with server.client() as c:
-        return {m.decode() for m in c.zrange(blob_index_key(device.info.identity), 0, -1)}
+        return {m.decode() for m in c.zrange(blob_index_key(device.info.identity, SPACE), 0, -1)}
 
 
 async def _load_with_a_reset(url: str) -> Net:
@@ -611,7 +626,7 @@ async def _load_with_a_reset(url: str) -> Net:
             net.cache._reset_driver_cache("a merged blob broke a pipeline (test)")
             reset.append(True)
 
-    net = Net(Option(remote_cache=url))
+    net = Net(Option(remote_cache=url, remote_cache_key=KEY))
     await net.load_param(CUNET / "model.param")
     await net.load_model(CUNET / "model.bin", progress=progress)
     await net.flush_cache()
@@ -632,7 +647,7 @@ async def test_a_driver_cache_reset_keeps_the_blobs_others_listed(
     listed = _listed_blobs(server, device)
     assert set(others) < listed and len(listed) == 3  # theirs, and the one built after the reset
     await net.aclose()
-    reader, delta, _ = await _fresh_load(server.url)  # another process still merges theirs
+    reader, delta, _ = await _fresh_load(server.url, remote_cache_key=KEY)  # still merges theirs
     assert reader.cache is not None and len(reader.cache._merged_blobs) == 3
     assert delta["rejected"] == 0
     await reader.aclose()
@@ -649,7 +664,7 @@ async def test_blobs_refused_after_a_reset_are_not_taken_off_the_set(
     net = await _load_with_a_reset(server.url)
     own = _listed_blobs(server, device) - set(others)
     with server.client() as c:  # its own blob's entry gone (trimmed or expired): pushed again
-        c.zrem(blob_index_key(device.info.identity), *own)
+        c.zrem(blob_index_key(device.info.identity, SPACE), *own)
     await net.load_param(SQUEEZENET / "model.param")
     await net.load_model(SQUEEZENET / "model.bin")
     await net.flush_cache()
@@ -660,80 +675,98 @@ async def test_blobs_refused_after_a_reset_are_not_taken_off_the_set(
 async def test_a_driver_blob_of_another_device_never_reaches_the_driver(
     device: VulkanDevice, server: RedisServer
 ) -> None:
-    identity = device.info.identity
-    index = blob_index_key(identity)
+    """Values signed with the fleet's key (a key holder's mistake): another device's blob
+    sealed under this device's key, listed under its own key, and copied under a key of ours.
+    Each is refused; those in this device's namespace are deleted (and taken off the set), the
+    other device's value is never read nor touched."""
+    identity, secret = device.info.identity, KEY.encode()
+    index = blob_index_key(identity, SPACE)
     blob = driver_blob(OTHER_IDENTITY, tail=bytes(32))
-    foreign_key, foreign = encode_blob_value(blob, OTHER_IDENTITY, None)
+    foreign_key, foreign = encode_blob_value(blob, OTHER_IDENTITY, secret)
     # the foreign file, sealed as a well-made value under this device's key for that content
-    ours = blob_value_key(identity, blob)
+    ours = blob_value_key(identity, blob, SPACE)
     payload = foreign[8 + 2 + 1 + 1 + 4 + len(foreign_key) : -32]
     with server.client() as c:
-        c.set(ours, seal(2, ours, payload, None))
+        c.set(ours, seal(2, ours, payload, secret))
         c.set(foreign_key, foreign)  # listed for this device, under its own key
         copied = ours[:-32] + "0" * 32  # and copied under a key of ours
         c.set(copied, foreign)
         c.zadd(index, {ours: 3.0, foreign_key: 2.0, copied: 1.0})
-    net, delta, _ = await _fresh_load(server.url)
+    net, delta, _ = await _fresh_load(server.url, remote_cache_key=KEY)
     assert delta["rejected"] == 3 and delta["hits"] == 0
     assert net.cache is not None and not net.cache._merged_blobs  # nothing was merged
     status = net.remote_status
     assert status is not None
     reasons = "\n".join(status["rejections"][-3:])
     assert "written for another GPU or driver" in reasons
-    assert "listed for another device identity" in reasons
+    assert "not a driver blob key of this device" in reasons
     assert "written under another key" in reasons
+    with server.client() as c:
+        assert not c.exists(ours) and not c.exists(copied) and c.get(foreign_key) == foreign
+        assert ours.encode() not in c.zrange(index, 0, -1)
     await net.aclose()
 
 
 async def test_signed_values_only_with_a_key(device: VulkanDevice, server: RedisServer) -> None:
-    await _filled(server.url, remote_cache_key="fleet secret")
+    """A fleet with a key: a value re-sealed without it, sealed with another key, or with one
+    byte of its tag flipped is refused, and the push writes the fleet's value over it."""
+    await _filled(server.url, remote_cache_key=KEY)
     keys = _spirv_keys(server)
+    assert keys and all(f":{SPACE}:spirv:" in k.decode() for k in keys)
     with server.client() as c:
-        forged = c.get(keys[0]) or b""
+        good = {k: c.get(k) or b"" for k in keys[:3]}
+        payload = good[keys[0]][8 + 2 + 1 + 1 + 4 + len(keys[0]) : -32]
         # an attacker without the key re-seals a value as unsigned, and as signed by another key
-        payload = forged[8 + 2 + 1 + 1 + 4 + len(keys[0]) : -32]
-        c.set(keys[0], seal(1, keys[0].decode(), payload, None))
-        c.set(keys[1], seal(1, keys[1].decode(), payload, b"another key"))
-    net, delta, compiles = await _fresh_load(server.url, remote_cache_key="fleet secret")
-    assert (delta["rejected"], compiles) == (2, 2)
+        c.set(keys[0], seal(1, keys[0].decode(), payload, None), keepttl=True)
+        c.set(keys[1], seal(1, keys[1].decode(), payload, b"another key"), keepttl=True)
+        flipped = bytearray(good[keys[2]])
+        flipped[-1] ^= 0x01  # the tag's last byte
+        c.set(keys[2], bytes(flipped), keepttl=True)
+    net, delta, compiles = await _fresh_load(server.url, remote_cache_key=KEY)
+    assert (delta["rejected"], compiles, delta["replaced"]) == (3, 3, 3)
     status = net.remote_status
-    assert status is not None and status["signed"]
-    reasons = "\n".join(status["rejections"][-2:])
-    assert "not signed" in reasons and "signature mismatch" in reasons
-    # its push replaced both with values signed by the fleet's key
-    assert delta["replaced"] == 2
+    assert status is not None and status["signed"] and "notice" not in status
+    reasons = "\n".join(status["rejections"][-3:])
+    assert "not signed" in reasons and reasons.count("signature mismatch") == 2
+    with server.client() as c:
+        assert [c.get(k) for k in keys[:3]] == list(good.values())
     await net.aclose()
-    # without a key, the signed values of the fleet are read as any others
-    plain, delta, compiles = await _fresh_load(server.url)
-    assert compiles == 0 and delta["rejected"] == 0
-    await plain.aclose()
 
 
-async def test_a_pull_refuses_entries_of_another_shader_source(
+async def test_a_pull_adopts_this_build_s_entries_and_leaves_others(
     device: VulkanDevice, server: RedisServer
 ) -> None:
     """A store holds entries of older builds too (their keys name the source hash): a pull
-    adopts this build's and refuses the others, each checked against the current source."""
-    await _filled(server.url)
+    adopts this build's, and neither reads nor deletes the others (another build's reader
+    uses them)."""
+    await _filled(server.url, remote_cache_key=KEY)
     name = _spirv_keys(server)[0].decode()
-    key = parse_spirv_value_key(name)
+    key = parse_spirv_value_key(name, SPACE)
     assert key is not None
+    secret = KEY.encode()
     with server.client() as c:
-        spirv = decode_spirv_value(c.get(name) or b"", key, None, {key.shader: key.source_hash})
+        spirv = decode_spirv_value(c.get(name) or b"", key, secret, {key.shader: key.source_hash})
         assert isinstance(spirv, bytes)
         old = dataclasses.replace(key, source_hash=key.source_hash ^ 1)
-        c.set(spirv_value_key(old), encode_spirv_value(old, spirv, device.info.identity, None))
+        old_value = encode_spirv_value(old, spirv, device.info.identity, secret)
+        c.set(spirv_value_key(old, SPACE), old_value)
+    asked = _getrange_calls(server)
     cache = PipelineCache(device)
-    tier = remote_tier_for(server.url)
+    tier = remote_tier_for(server.url, KEY)
     assert tier is not None
     try:
         await tier.pull(cache)
         entries = cache.spirv_entries()
         assert key in entries and old not in entries
-        assert any("shader source changed" in r for r in tier.report()["rejections"])
+        report = tier.report()
+        assert report["rejected"] == report["deleted"] == 0
     finally:
         await tier.aclose()
         await cache.aclose()
+    with server.client() as c:
+        assert c.get(spirv_value_key(old, SPACE)) == old_value
+        blobs = c.zcard(blob_index_key(device.info.identity, SPACE))
+    assert _getrange_calls(server) - asked == len(_spirv_keys(server)) - 1 + blobs  # not the old
 
 
 def _wait_until_expired(server: RedisServer) -> None:
@@ -809,14 +842,15 @@ def test_cache_push_and_pull(server: RedisServer, tmp_path: Path) -> None:
         "cache", "warm", str(CUNET / "model.param"), str(CUNET / "model.bin"), "--cache", str(built)
     )
     assert warm.returncode == 0, warm.stderr
-    push = cli("cache", "push", str(built), "--remote", server.url, "--json")
+    signed = {"ASYNCVK_REMOTE_CACHE_KEY": KEY}
+    push = cli("cache", "push", str(built), "--remote", server.url, "--json", env=signed)
     assert push.returncode == 0, push.stderr
     pushed = json.loads(push.stdout)
     assert pushed["remote_cache"]["pushed"] == pushed["spirv_entries"] + 1  # and the blob
     names = [k.decode() for k in _spirv_keys(server)]
-    assert all(parse_spirv_value_key(n) is not None for n in names)
+    assert all(parse_spirv_value_key(n, SPACE) is not None for n in names)
     pulled = tmp_path / "fleet.vkcache"
-    pull = cli("cache", "pull", str(pulled), "--remote", server.url, "--json")
+    pull = cli("cache", "pull", str(pulled), "--remote", server.url, "--json", env=signed)
     assert pull.returncode == 0, pull.stderr
     assert json.loads(pull.stdout)["spirv_entries"] == pushed["spirv_entries"]
     hit = cli(*run_args(CUNET), "--cache", str(pulled), "--must-hit", "--json")
@@ -863,8 +897,9 @@ async def test_an_empty_local_cache_imports_the_client_early(
 ) -> None:
     """A run that names a store and has no local cache will read the store: the client its
     reads need is imported beside load_param; a run with a local cache does not import it.
-    hiredis's is imported at once and nothing connects (the load's first read is the probe);
-    redis-py's, for a URL only it reads, only once a probe finds the store answering."""
+    The plain reader's module is imported at once and nothing connects (the load's first read
+    is the probe); redis-py's, for a URL only it reads, only once a probe finds the store
+    answering."""
     from asyncvk._runner import RunConfig, _remote_client_import
 
     def started(url: str = server.url, **where: str) -> asyncio.Task[bool] | None:
@@ -889,7 +924,7 @@ async def test_an_empty_local_cache_imports_the_client_early(
             assert task is not None and await task, where
         assert c.info("stats")["total_connections_received"] == connections  # no probe
         task = started(down)
-        assert task is not None and await task  # nothing to import but hiredis: no probe
+        assert task is not None and await task  # nothing to import but ours: no probe
         redis_py_only = "?health_check_interval=30"  # a connection option only redis-py reads
         task = started(server.url + redis_py_only)
         assert task is not None and await task

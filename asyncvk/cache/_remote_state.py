@@ -25,8 +25,10 @@ class RemoteCounters:
     bytes_written: int = 0
     #: values written
     pushed: int = 0
-    #: of those, written over a value this process had refused (damaged, foreign, unsigned)
+    #: of those, written over a value this process had refused (damaged, forged, emptied)
     replaced: int = 0
+    #: refused values deleted by a process that had no value of its own to write there
+    deleted: int = 0
     #: values not written because they are larger than ``max_value``
     too_large: int = 0
 
@@ -40,7 +42,17 @@ class RemoteState:
     off_reason: str | None = None
     #: the last rejections, with their reasons (newest last)
     rejections: deque[str] = field(default_factory=lambda: deque(maxlen=16))
+    #: what the tier does not do with this store, and the fix (said once per process)
+    notice: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def note(self, text: str) -> bool:
+        """Keep ``text`` as the notice; whether it is new (to be logged once)."""
+        with self._lock:
+            if self.notice == text:
+                return False
+            self.notice = text
+            return True
 
     def add(self, **deltas: int) -> None:
         with self._lock:
@@ -53,6 +65,8 @@ class RemoteState:
             out.update(asdict(self.counters))
         if self.off_reason is not None:
             out["off_reason"] = self.off_reason
+        if self.notice is not None:
+            out["notice"] = self.notice
         if self.rejections:
             out["rejections"] = list(self.rejections)
         return out
@@ -83,6 +97,7 @@ METRIC_NAMES = {
     "bytes_written": "written_bytes_total",
     "pushed": "pushed_total",
     "replaced": "replaced_total",
+    "deleted": "deleted_total",
     "too_large": "too_large_total",
 }
 

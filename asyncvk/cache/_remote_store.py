@@ -4,10 +4,17 @@ URL that names one (``redis://host:port/db?timeout=1&ttl=604800``).
 The tier (``_remote_tier``) sees only this protocol, so another store needs one class and one
 line in :func:`open_store`. A store raises :class:`RemoteStoreError` for anything that is the
 store's fault (refused connection, timeout, a server error); the tier then turns itself off.
-A load reads Redis without redis-py where hiredis can (``_redis_reads``); redis-py is imported
+A load reads Redis without redis-py where it can (``_redis_reads``); redis-py is imported
 only to write, or when the URL needs it and :func:`probe_store` found the server answering:
 without a remote cache, with a server that is down, or with a local cache that holds
 everything, a load imports nothing more.
+
+Reads are bounded before the bytes are in memory: each value at ``max_value`` (the store reads
+``max_value + 1`` bytes at most, enough to tell it is over), all values of one load together at
+``max_read`` (:class:`ReadBudget`: what does not fit is not read), and a reply's shape at the
+one the command gets (a store answering nested arrays or another type is an error for that
+read, never a recursion). A value of the wrong type is that key's problem only
+(:attr:`Unread.WRONG_TYPE`), never the read's.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -35,6 +43,9 @@ DEFAULT_TTL = 7 * 24 * 3600.0
 DEFAULT_TIMEOUT = 1.0
 DEFAULT_CONNECT_TIMEOUT = 0.5
 DEFAULT_MAX_VALUE = 64 << 20
+#: All values one load reads together: two values at the cap, or many SPIR-V entries and the
+#: newest driver blobs of real GPUs (a few MiB each), and never a store's worth of garbage.
+DEFAULT_MAX_READ = 128 << 20
 #: The newest driver blobs a load merges for one device identity (each writer adds its own).
 DEFAULT_MAX_BLOBS = 8
 
@@ -43,22 +54,64 @@ class RemoteStoreError(Exception):
     """The store failed (connection, timeout, server error): the tier turns itself off."""
 
 
+class Unread(Enum):
+    """Why a key's value was not read: the value is not a string (a bad value of that key
+    alone), it is over ``max_value``, or this load's ``max_read`` was spent before it."""
+
+    WRONG_TYPE = "holds another type than a string"
+    TOO_LARGE = "over max_value"
+    OVER_BUDGET = "not read: this load's max_read was spent"
+
+
+#: One key's read: its value (at most ``max_value`` bytes), None when it holds none (absent,
+#: or an empty string: the store's range read cannot tell them apart), or why it was not read.
+Read = bytes | None | Unread
+
+
+@dataclass
+class ReadBudget:
+    """The bytes of values one load may still read (``max_read``): a store takes a value's
+    size from it before reading it, and reads no value that does not fit."""
+
+    left: int
+
+    def take(self, size: int) -> bool:
+        if size > self.left:
+            self.left = 0  # what comes after is not read either: values keep their order
+            return False
+        self.left -= size
+        return True
+
+
 @dataclass(frozen=True)
 class BadValue:
-    """A value read whole that failed a check, by length and SHA-1: a push may replace exactly
-    these bytes, and nothing another writer put there since."""
+    """What a key held that failed a check, as a replace or a delete must still find it there
+    (the store compares in one atomic step, so another writer's value since is kept):
+    exactly these bytes (``bytes``: length and SHA-1), any string longer than ``size``
+    (``over``), or a value of another type than ``want`` (``type``)."""
 
-    size: int
-    sha1: str
+    kind: Literal["bytes", "over", "type"]
+    size: int = 0
+    sha1: str = ""
+    #: the type the key should hold (Redis's name for it)
+    want: str = "string"
 
     @classmethod
     def of(cls, value: bytes) -> BadValue:
-        return cls(len(value), hashlib.sha1(value, usedforsecurity=False).hexdigest())
+        return cls("bytes", len(value), hashlib.sha1(value, usedforsecurity=False).hexdigest())
+
+    @classmethod
+    def over(cls, limit: int) -> BadValue:
+        return cls("over", limit)
+
+    @classmethod
+    def wrong_type(cls, want: str = "string") -> BadValue:
+        return cls("type", want=want)
 
 
-#: What a conditional write did: wrote over the bad value, wrote where none was, or left the
-#: value another writer put there.
-WriteOutcome = Literal["replaced", "added", "kept"]
+#: What a conditional write did: wrote over the bad value, wrote where none was, left the
+#: value another writer put there, or (a delete) removed the bad value.
+WriteOutcome = Literal["replaced", "added", "kept", "deleted"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +120,8 @@ class RemoteSettings:
 
     ``timeout``: seconds for one operation; ``connect_timeout``: for the connection;
     ``ttl``: seconds a written value lives (0: no expiry); ``max_value``: the largest value
-    written or accepted, in bytes; ``max_blobs``: driver blobs merged per device identity.
+    written or accepted, in bytes; ``max_read``: the bytes of values one load reads at most;
+    ``max_blobs``: driver blobs merged per device identity.
     """
 
     #: may hold a password: not in the repr (``display`` is the URL without it)
@@ -76,6 +130,7 @@ class RemoteSettings:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     ttl: float = DEFAULT_TTL
     max_value: int = DEFAULT_MAX_VALUE
+    max_read: int = DEFAULT_MAX_READ
     max_blobs: int = DEFAULT_MAX_BLOBS
 
     @property
@@ -102,6 +157,7 @@ _KNOBS = {
     "connect_timeout": (float, 0.001),
     "ttl": (float, 0.0),
     "max_value": (int, 1),
+    "max_read": (int, 1),
     "max_blobs": (int, 1),
 }
 
@@ -159,15 +215,15 @@ def parse_remote_url(url: str, *, where: str = "remote cache") -> RemoteSettings
 class RemoteStore(Protocol):
     """What the remote tier asks of a store. Every method may raise RemoteStoreError."""
 
-    async def get_many(self, keys: Sequence[str], limit: int) -> list[bytes | None]:
-        """The value of each key, None where there is none; of a value longer than ``limit``
-        bytes at most ``limit + 1`` are read (enough to tell it is too large)."""
+    async def get_many(self, keys: Sequence[str], limit: int, budget: ReadBudget) -> list[Read]:
+        """Each key's :data:`Read`: its value, with no value longer than ``limit`` bytes read
+        whole, and none read that does not fit in ``budget`` (what is read is taken from it)."""
         ...
 
     async def get_with_newest(
-        self, keys: Sequence[str], limit: int, index: str, count: int
-    ) -> tuple[list[bytes | None], list[str]]:
-        """``get_many(keys, limit)`` and ``newest_members(index, count)`` in one round trip."""
+        self, keys: Sequence[str], limit: int, budget: ReadBudget, index: str, count: int
+    ) -> tuple[list[Read], list[str]]:
+        """``get_many(keys, limit, budget)`` and ``newest_members(index, count)`` at once."""
         ...
 
     async def exists_many(self, keys: Sequence[str]) -> list[bool]:
@@ -179,18 +235,25 @@ class RemoteStore(Protocol):
         ...
 
     async def replace_bad(self, key: str, value: bytes, ttl: float, bad: BadValue) -> WriteOutcome:
-        """Write ``value`` where the key still holds exactly ``bad`` or nothing, in one atomic
-        step; any other value (another writer's, good or bad) is kept."""
+        """Write ``value`` where the key still holds ``bad`` or nothing, in one atomic step;
+        any other value (another writer's, good or bad) is kept."""
+        ...
+
+    async def delete_bad(self, key: str, bad: BadValue, index: str | None = None) -> bool:
+        """Delete the key where it still holds ``bad``, in one atomic step (and take it off the
+        set ``index``); whether it did."""
         ...
 
     async def newest_members(self, index: str, count: int) -> list[str]:
-        """The newest ``count`` members of a set of keys, newest first."""
+        """The newest ``count`` members of a set of keys, newest first (none where the key
+        holds something other than a set: :meth:`add_member` replaces that)."""
         ...
 
     async def add_member(
         self, index: str, member: str, ttl: float, *, drop: Sequence[str], keep: int
     ) -> None:
-        """Add ``member`` as the newest, remove ``drop``, keep only the ``keep`` newest."""
+        """Add ``member`` as the newest, remove ``drop``, keep only the ``keep`` newest; a
+        value of another type at ``index`` is deleted first."""
         ...
 
     async def scan(self, pattern: str) -> list[str]:
@@ -267,9 +330,10 @@ def _import_client() -> None:
 async def start_client_import(settings: RemoteSettings) -> bool:
     """For a process that will read the store (its local cache is empty): import the client
     its reads need now, while the main thread waits for the device, so that the load finds it
-    imported. With fast reads that is hiredis (~1 ms, here). Otherwise it is redis-py (~0.1-0.2
-    s of imports), on a thread, once a probe finds the store answering: a store that does not
-    answer costs nothing, the load's own probe reports it. Whether the import was started."""
+    imported. With fast reads that is one module of this package. Otherwise it is redis-py
+    (~0.1-0.2 s of imports), on a thread, once a probe finds the store answering: a store that
+    does not answer costs nothing, the load's own probe reports it. Whether the import was
+    started."""
     if _reads_fast(settings):
         return True
     try:
@@ -295,8 +359,8 @@ def open_store(settings: RemoteSettings) -> RemoteStore:
 
 
 def _reads_fast(settings: RemoteSettings) -> bool:
-    """Whether a load reads this store without redis-py: hiredis is installed and the URL is
-    one it reads the same way (``_redis_reads``)."""
+    """Whether a load reads this store without redis-py: the URL is one ``_redis_reads``
+    reads the same way."""
     try:
         from ._redis_reads import read_address
     except ImportError:

@@ -4,7 +4,9 @@ Content addressing: a SPIR-V entry lives under its cache key (shader, option bit
 hash, device-macro hash), a driver blob under its device identity (vendor, device, driver
 version, pipeline cache UUID) and its own content hash, listed in a per-identity set of blob
 keys. Keys start with the cache format and asyncvk versions, so releases never read each
-other's values.
+other's values, then with the signing key's id (``unsigned`` without one): fleets with
+different keys never read, replace or delete each other's values, so a process with a wrong
+key can neither use a fleet's values nor write over them.
 
 A value is an envelope around a cache file in the format of ``_file_format``::
 
@@ -13,9 +15,10 @@ A value is an envelope around a cache file in the format of ``_file_format``::
 
 The cache file carries the checksums and identity a local file carries, and is decoded by the
 same reader (``decode_cache``), so a remote value passes exactly the checks a file does.
-The key inside binds a value to its key: a value copied under another key is refused. The tag
-is HMAC-SHA256 over everything before it with a shared secret (zeros when unsigned); a process
-with a secret accepts only values whose tag matches.
+The key inside binds a value to its key (and so to its namespace): a value copied under
+another key is refused. The tag is HMAC-SHA256 over everything before it with a shared secret;
+a process with a secret accepts only values whose tag matches, one without accepts only
+unsigned values whose tag is all zeros (any other tag was changed after the write).
 """
 
 from __future__ import annotations
@@ -42,22 +45,35 @@ _HEAD = struct.Struct("<8sHBBI")
 _TAG_SIZE = 32
 
 
-def namespace() -> str:
-    """The prefix of every key: this cache format and this asyncvk."""
-    return f"asyncvk:f{FORMAT_VERSION}:{__version__}:"
+UNSIGNED_SPACE = "unsigned"
+_KEY_ID_LABEL = b"asyncvk remote cache key id"
 
 
-def spirv_value_key(key: SpirvKey) -> str:
+def key_space(secret: bytes | None) -> str:
+    """The namespace of the values a signing key writes: ``k`` and 16 hex digits of an HMAC
+    of a fixed label, or ``unsigned``. An HMAC, not the key: the id tells nothing a value's tag
+    does not already tell."""
+    if not secret:
+        return UNSIGNED_SPACE
+    return "k" + hmac.new(secret, _KEY_ID_LABEL, hashlib.sha256).hexdigest()[:16]
+
+
+def namespace(space: str) -> str:
+    """The prefix of every key: this cache format, this asyncvk, and the signing key's id."""
+    return f"asyncvk:f{FORMAT_VERSION}:{__version__}:{space}:"
+
+
+def spirv_value_key(key: SpirvKey, space: str) -> str:
     """Where a SPIR-V entry lives; the device-macro hash first, so one device's can be listed."""
     return (
-        f"{namespace()}spirv:{key.macro_hash:016x}:{key.shader}:{key.option_bits:x}:"
+        f"{namespace(space)}spirv:{key.macro_hash:016x}:{key.shader}:{key.option_bits:x}:"
         f"{key.source_hash:016x}"
     )
 
 
-def parse_spirv_value_key(name: str) -> SpirvKey | None:
+def parse_spirv_value_key(name: str, space: str) -> SpirvKey | None:
     """The SpirvKey a store key names (:func:`spirv_value_key` read back), None if none."""
-    prefix = f"{namespace()}spirv:"
+    prefix = f"{namespace(space)}spirv:"
     if not name.startswith(prefix):
         return None
     macro, _, rest = name[len(prefix) :].partition(":")
@@ -67,12 +83,12 @@ def parse_spirv_value_key(name: str) -> SpirvKey | None:
         key = SpirvKey(shader, int(bits, 16), int(tail, 16), int(macro, 16))
     except ValueError:
         return None
-    return key if shader and spirv_value_key(key) == name else None
+    return key if shader and spirv_value_key(key, space) == name else None
 
 
-def spirv_pattern(macro_hash: int) -> str:
+def spirv_pattern(macro_hash: int, space: str) -> str:
     """A glob for every SPIR-V entry compiled for these device macros."""
-    return f"{namespace()}spirv:{macro_hash:016x}:*"
+    return f"{namespace(space)}spirv:{macro_hash:016x}:*"
 
 
 def _device_part(identity: DeviceIdentity) -> str:
@@ -82,16 +98,33 @@ def _device_part(identity: DeviceIdentity) -> str:
     )
 
 
-def blob_index_key(identity: DeviceIdentity) -> str:
+def blob_index_key(identity: DeviceIdentity, space: str) -> str:
     """The set of the driver blob keys written for this device identity."""
-    return f"{namespace()}blobs:{_device_part(identity)}"
+    return f"{namespace(space)}blobs:{_device_part(identity)}"
 
 
-def blob_value_key(identity: DeviceIdentity, blob: bytes) -> str:
+def blob_value_key(identity: DeviceIdentity, blob: bytes, space: str) -> str:
     """Where one driver blob lives: its identity and its own content hash, so two writers
     never write one key with different contents."""
     digest = hashlib.blake2b(blob, digest_size=16).hexdigest()
-    return f"{namespace()}blob:{_device_part(identity)}:{digest}"
+    return f"{_blob_prefix(identity, space)}{digest}"
+
+
+def _blob_prefix(identity: DeviceIdentity, space: str) -> str:
+    return f"{namespace(space)}blob:{_device_part(identity)}:"
+
+
+def is_blob_key(name: str, identity: DeviceIdentity, space: str) -> bool:
+    """Whether a name listed in the identity's set is a blob key of this identity and
+    namespace. Nothing else listed there is read, replaced or deleted: whoever can write the
+    set could list any key of the database."""
+    prefix = _blob_prefix(identity, space)
+    digest = name[len(prefix) :]
+    return (
+        name.startswith(prefix)
+        and len(digest) == 32
+        and all(c in "0123456789abcdef" for c in digest)
+    )
 
 
 # -- the envelope ------------------------------------------------------------------------------
@@ -123,6 +156,8 @@ def unseal(value: bytes, kind: int, key: str, secret: bytes | None) -> bytes | s
         return f"key length {key_size} runs past the end of the value"
     if value[_HEAD.size : end] != key.encode():
         return "written under another key (the key inside the value differs)"
+    if flags & ~_SIGNED:
+        return f"unknown flags 0x{flags:02x}"
     body, tag = value[:-_TAG_SIZE], value[-_TAG_SIZE:]
     if secret:
         if not flags & _SIGNED:
@@ -130,6 +165,10 @@ def unseal(value: bytes, kind: int, key: str, secret: bytes | None) -> bytes | s
         expected = hmac.new(secret, body, hashlib.sha256).digest()
         if not hmac.compare_digest(tag, expected):
             return "signature mismatch: written with another key, or altered"
+    elif flags & _SIGNED:
+        return "signed, and this process has no key to check it"
+    elif tag != bytes(_TAG_SIZE):
+        return "an unsigned value whose tag is not zeros: altered"
     return bytes(value[end:-_TAG_SIZE])
 
 
@@ -142,7 +181,7 @@ def encode_spirv_value(
     """One SPIR-V entry as a sealed cache file (``encode_cache`` refuses a body that is not
     SPIR-V, as it would in a file)."""
     payload = encode_cache(CacheContents(identity, {key: spirv}, b""), cache_key=UNKEYED)
-    return seal(KIND_SPIRV, spirv_value_key(key), payload, secret)
+    return seal(KIND_SPIRV, spirv_value_key(key, key_space(secret)), payload, secret)
 
 
 def decode_spirv_value(
@@ -156,7 +195,7 @@ def decode_spirv_value(
     The file inside is read as a file is, without a device identity (SPIR-V depends on the
     device only through the macro hash, which is part of the key).
     """
-    payload = unseal(value, KIND_SPIRV, spirv_value_key(key), secret)
+    payload = unseal(value, KIND_SPIRV, spirv_value_key(key, key_space(secret)), secret)
     if isinstance(payload, str):
         return payload
     result, contents = decode_cache(
@@ -175,7 +214,7 @@ def encode_blob_value(
     blob: bytes, identity: DeviceIdentity, secret: bytes | None
 ) -> tuple[str, bytes]:
     """(its key, the sealed value) for a driver blob of ``identity``."""
-    key = blob_value_key(identity, blob)
+    key = blob_value_key(identity, blob, key_space(secret))
     payload = encode_cache(CacheContents(identity, {}, blob), cache_key=UNKEYED)
     return key, seal(KIND_DRIVER_BLOB, key, payload, secret)
 
@@ -189,8 +228,9 @@ def decode_blob_value(
     and checksum checks a file's blob does, so a blob that reaches the driver is one this
     device and driver wrote.
     """
-    if not key.startswith(blob_index_key(identity).replace(":blobs:", ":blob:", 1) + ":"):
-        return "listed for another device identity"
+    space = key_space(secret)
+    if not is_blob_key(key, identity, space):
+        return "listed for another device identity, or not a driver blob key"
     payload = unseal(value, KIND_DRIVER_BLOB, key, secret)
     if isinstance(payload, str):
         return payload
@@ -201,6 +241,6 @@ def decode_blob_value(
         return result.reason
     if contents.spirv or not contents.driver_blob:
         return "does not hold exactly one driver blob"
-    if blob_value_key(identity, contents.driver_blob) != key:
+    if blob_value_key(identity, contents.driver_blob, space) != key:
         return "the blob's content hash differs from its key"
     return contents.driver_blob
