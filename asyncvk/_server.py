@@ -14,15 +14,24 @@ at shutdown, off the request path.
 A malformed or hostile request gets a 4xx with a one-line JSON message and leaves no traceback:
 a .npy body is checked against its header and the size limits before it is allocated
 (:mod:`asyncvk._server_body`, :mod:`asyncvk._input_limits`: 400 when they disagree, 413 when it
-is too large), a body that does not arrive whole within ``body_timeout`` is a 408, and a client
-that goes away mid-body is one debug line and a count in ``asyncvk_client_disconnects_total``,
-not an error. JSON has no NaN or Infinity: a JSON request holding them is a 400, and non-finite
-outputs are written as ``null``, with their count in the reply's ``non_finite`` field.
+is too large), the whole request's decoded bytes are bounded by ``max_body`` (413 as soon as they
+pass it; before ``100 Continue`` when ``Content-Length`` already does), a body that does not
+arrive whole within ``body_timeout`` is a 408, and a client that goes away mid-body is one debug
+line and a count in ``asyncvk_client_disconnects_total``, not an error. JSON has no NaN or
+Infinity: a JSON request holding them is a 400, and non-finite outputs are written as ``null``,
+with their count in the reply's ``non_finite`` field.
+
+Memory follows the load, not the clients: each inference of one input shape needs a plan (its
+blob memory), at most ``Option.max_plans_per_shape`` are made, and further requests wait for one
+in arrival order; ``max_queue`` bounds how many wait per shape, beyond which the answer is a
+503 with ``Retry-After``. Plans idle for ``Option.plan_idle_seconds`` are released (down to
+``Option.idle_plans_per_shape``), so what a burst took is given back after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -32,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from ._errors import AsyncVkError, InputTooLargeError
@@ -43,15 +52,21 @@ from ._server_body import (
     ClientGone,
     RequestError,
     encode_reply,
+    max_body_message,
     read_inputs,
 )
 from .cache._remote_state import metric_lines as remote_metric_lines
 from .net._net import Net
 from .net._option import Option
+from .net._plan_pool import PlanQueueFull, check_settings
 
 log = logging.getLogger("asyncvk.serve")
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: requests that may wait for a plan, per input shape (serve --max-queue): beyond it, 503
+MAX_QUEUE = 256
+#: seconds a client told 503 (a full queue) is asked to wait before trying again
+RETRY_AFTER = 1
 
 
 class ServerState:
@@ -100,6 +115,8 @@ async def infer(request: web.Request) -> web.Response:
         log.exception("inference failed")
         response = _error(500, f"{type(exc).__name__}: {exc}")
     state.codes[response.status] += 1
+    if response.status == 413:  # the client is told not to send on this connection
+        response.force_close()
     if response.status == 408:  # the rest of the body may never come: answer, then hang up
         response.force_close()
         await response.prepare(request)
@@ -127,6 +144,11 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
                 return _error(400, f"unknown input {name!r} (inputs: {net.input_names})")
             ex.input(name, np.asarray(array, dtype=np.float32))
         result = await ex.extract(output)
+    except PlanQueueFull as exc:
+        log.info("request refused, busy: %s", exc)
+        response = _error(503, f"busy: {exc} (server --max-queue); try again")
+        response.headers["Retry-After"] = str(RETRY_AFTER)
+        return response
     except RequestError as exc:
         return _error(exc.status, str(exc))
     except web.HTTPClientError as exc:  # aiohttp's own body checks: same JSON shape
@@ -141,6 +163,28 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
         return _error(400, str(message))
     body, kind = await asyncio.to_thread(encode_reply, result, output, encoding)
     return web.Response(body=body, content_type=kind)
+
+
+async def expect_continue(request: web.Request) -> web.StreamResponse | None:
+    """``Expect: 100-continue``: a ``Content-Length`` over ``max_body`` is answered 413 at once,
+    so the client never sends the body; else ``100 Continue`` (aiohttp's own handler's rule)."""
+    length = request.content_length
+    if length is not None and length > request.client_max_size:
+        request.app[STATE_KEY].codes[413] += 1
+        response = _error(413, f"{max_body_message(request)} (Content-Length: {length:,})")
+        response.force_close()
+        await response.prepare(request)
+        await response.write_eof()
+        request.protocol.force_close()  # no body is coming: else aiohttp waits 10 s for one
+        return response
+    expect = request.headers.get("Expect", "")
+    if request.version != HttpVersion11:
+        return None
+    if expect.lower() != "100-continue":
+        return _error(417, f"unknown Expect: {expect}")
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the reply's size, as the access log counts it, starts here
+    return None
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -166,6 +210,7 @@ async def metrics(request: web.Request) -> web.Response:
     lines.append(f"asyncvk_request_duration_seconds_count {state.latency_count}")
     lines.append("# TYPE asyncvk_client_disconnects_total counter")
     lines.append(f"asyncvk_client_disconnects_total {state.disconnects}")
+    lines += _plan_lines(net)
     if net.cache is not None:
         s = net.cache.statistics()
         for name, value in (
@@ -193,6 +238,28 @@ async def metrics(request: web.Request) -> web.Response:
         body=("\n".join(lines) + "\n").encode(),
         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
     )
+
+
+def _plan_lines(net: Net) -> list[str]:
+    """The plan pool (working memory by input shape) and the device memory it lives in."""
+    model = net.gpu_model
+    if model is None:
+        return []
+    stats = model.plans.statistics()
+    memory = model.device.allocator.stats()
+    lines = []
+    for name, kind, value in (
+        ("plans", "gauge", stats.plans),
+        ("plans_lent", "gauge", stats.lent),
+        ("plans_waiting", "gauge", stats.waiting),
+        ("plans_peak", "gauge", stats.peak_plans),
+        ("plans_built_total", "counter", stats.built),
+        ("plans_released_total", "counter", stats.released),
+        ("device_memory_reserved_bytes", "gauge", memory["reserved_bytes"]),
+        ("device_memory_used_bytes", "gauge", memory["used_bytes"]),
+    ):
+        lines += [f"# TYPE asyncvk_{name} {kind}", f"asyncvk_{name} {value}"]
+    return lines
 
 
 async def _warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
@@ -231,16 +298,31 @@ def create_app(
     warm_up: Mapping[str, tuple[int, ...]] | None = None,
     body_timeout: float = BODY_TIMEOUT,
     exit_on_load_error: bool = False,
+    max_queue: int = MAX_QUEUE,
 ) -> web.Application:
     """The app: loads the model in the background once it starts; mount it anywhere.
 
+    ``max_body`` bounds a request's bytes, decoded and over all its parts (else 413).
     ``warm_up`` maps input names to shapes: one inference on zeros runs before ``/ready``.
     ``body_timeout`` is the seconds a request's whole body may take to arrive (else 408).
     ``exit_on_load_error``: a model that fails to load shuts the process down (SIGTERM to
     itself, exit status 1) so that a supervisor restarts it; else ``/ready`` reports the error.
+    ``max_queue``: requests that may wait for a plan of one input shape (beyond it, 503); it
+    takes the place of ``option.max_waiting_per_shape``. ``option``'s ``max_plans_per_shape``,
+    ``idle_plans_per_shape`` and ``plan_idle_seconds`` say how many plans, so how much working
+    memory, a burst may take and how soon it is given back.
     """
     if not body_timeout > 0:
         raise ValueError(f"body_timeout must be positive, got {body_timeout}")
+    if max_body < 1:
+        raise ValueError(f"max_body must be at least 1 byte, got {max_body}")
+    option = dataclasses.replace(option or Option(), max_waiting_per_shape=max_queue)
+    check_settings(  # refused now, not once the model has loaded
+        option.max_plans_per_shape,
+        option.idle_plans_per_shape,
+        option.plan_idle_seconds,
+        option.max_waiting_per_shape,
+    )
     app = web.Application(client_max_size=max_body)
     net = Net(option)
     state = ServerState()
@@ -257,7 +339,7 @@ def create_app(
     app.on_cleanup.append(_on_cleanup)
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
-    app.router.add_post("/infer", infer)
+    app.router.add_post("/infer", infer, expect_handler=expect_continue)
     return app
 
 
@@ -351,16 +433,30 @@ def run_server(
     body_timeout: float = BODY_TIMEOUT,
     stay_up_on_load_error: bool = False,
     access_log: bool = True,
+    max_plans_per_shape: int = Option.max_plans_per_shape,
+    idle_plans_per_shape: int = Option.idle_plans_per_shape,
+    plan_idle_seconds: float = Option.plan_idle_seconds,
+    max_queue: int = MAX_QUEUE,
 ) -> int:
     """Serve until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU.
+
+    ``max_plans_per_shape``, ``idle_plans_per_shape``, ``plan_idle_seconds`` and ``max_queue``
+    bound the working memory and the requests waiting for it (see :func:`create_app`).
 
     Logs to stderr: loading, ready (with the load time and whether the cache was warm), the
     cache save, shutdown and, with ``access_log``, one line per request (aiohttp's format).
     Returns the exit status: 1 when the model failed to load (unless ``stay_up_on_load_error``).
     """
     _log_to_console()
+    _map_large_buffers()
     option = Option(
-        cache_dir=cache_dir, graph_key=graph_key, vulkan_device=device, remote_cache=remote_cache
+        cache_dir=cache_dir,
+        graph_key=graph_key,
+        vulkan_device=device,
+        remote_cache=remote_cache,
+        max_plans_per_shape=max_plans_per_shape,
+        idle_plans_per_shape=idle_plans_per_shape,
+        plan_idle_seconds=plan_idle_seconds,
     )
     app = create_app(
         param,
@@ -370,6 +466,7 @@ def run_server(
         warm_up=warm_up,
         body_timeout=body_timeout,
         exit_on_load_error=not stay_up_on_load_error,
+        max_queue=max_queue,
     )
 
     def announce(*_: Any) -> None:
@@ -385,6 +482,30 @@ def run_server(
         access_log=logging.getLogger("aiohttp.access") if access_log else None,
     )
     return app[STATE_KEY].exit_code
+
+
+#: glibc's mallopt parameter for the size from which malloc maps memory of its own
+_M_MMAP_THRESHOLD = -3
+#: request bodies and arrays from this size up are mapped, and unmapped when freed
+MMAP_THRESHOLD = 128 << 10
+
+
+def _map_large_buffers() -> None:
+    """Fix glibc's mmap threshold (unless ``MALLOC_MMAP_THRESHOLD_`` sets it), so a burst's
+    request bodies and arrays go back to the OS when freed. Left to itself, glibc raises the
+    threshold to the largest block freed, and from then on keeps such buffers in its heap,
+    fragmented: on lavapipe, after bursts of 10 to 200 requests of 768 KiB, a server's RSS
+    settled up to 210 MB above where its first request had left it, instead of up to 35 MB,
+    and the bursts took no longer (``benchmarks/server_memory.py``)."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):  # not glibc
+        return
+    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 def _log_to_console() -> None:

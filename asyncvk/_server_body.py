@@ -1,6 +1,15 @@
 """Request and reply bodies for the inference server: a request's inputs read within the size
 limits and the body deadline (.npy, multipart of .npy parts, or JSON), and the reply encoded.
 
+``--max-body`` bounds the whole request, not each part: every byte read is counted, after
+aiohttp has decoded a gzip or deflate ``Content-Encoding`` and across all multipart parts, and
+the read stops with a 413 as soon as the count passes it (a small compressed body can decode to
+gigabytes; eight parts under the limit can add up past it). A ``Content-Length`` over it is a
+413 before anything is read, and before ``100 Continue`` for a client that asks.
+
+A .npy body or part must be exactly one array: its header is checked against the size limits
+before the array is allocated, and bytes after the array are a 400 naming the part.
+
 JSON has no NaN or Infinity: a JSON request holding them is a 400, and non-finite outputs are
 written as ``null``, counted in the reply's ``non_finite`` field.
 """
@@ -11,13 +20,15 @@ import asyncio
 import io
 import json
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 import numpy as np
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError, PayloadEncodingError
 
-from ._input_limits import load_npy_bytes
+from ._errors import InputError
+from ._input_limits import load_npy_bytes, read_npy_header
 from .net._net import Net
 
 T = TypeVar("T")
@@ -28,6 +39,8 @@ JSON_LIMIT = 1 << 20  # values in a JSON request
 JSON_BODY_LIMIT = 4 << 20
 BODY_TIMEOUT = 30.0  # seconds for a whole request body (serve --body-timeout)
 BODY_TIMEOUT_KEY: web.AppKey[float] = web.AppKey("body_timeout", float)
+#: bytes asked of the stream per read: the budget is checked after each
+READ_CHUNK = 1 << 16
 
 
 class RequestError(Exception):
@@ -45,15 +58,10 @@ class ClientGone(Exception):
 async def read_by(
     request: web.Request, read: Callable[[], Awaitable[T]], what: str, deadline: float
 ) -> T:
-    """``await read()`` for a body or a part, by ``deadline`` (the loop's clock); a body over
-    ``client_max_size`` is a 413 with a JSON message, not aiohttp's text."""
+    """``await read()`` for a piece of a body or a part, by ``deadline`` (the loop's clock)."""
     try:
         async with asyncio.timeout_at(deadline):
             return await read()
-    except web.HTTPRequestEntityTooLarge:
-        raise RequestError(
-            413, f"{what} over {request.client_max_size} bytes (server --max-body)"
-        ) from None
     except TimeoutError:
         timeout = request.app[BODY_TIMEOUT_KEY]
         raise RequestError(
@@ -61,8 +69,45 @@ async def read_by(
         ) from None
     except (ConnectionError, PayloadEncodingError) as exc:  # reset, or EOF before the end
         raise ClientGone(f"{type(exc).__name__}: {exc}") from None
-    except HttpProcessingError as exc:  # a multipart part's malformed headers
+    except HttpProcessingError as exc:  # a multipart part's malformed headers, a bad encoding
         raise RequestError(400, f"{what}: {' '.join(str(exc).split())}") from None
+
+
+def max_body_message(request: web.Request) -> str:
+    """What a 413 for a request past ``--max-body`` says, less where it was seen."""
+    encoding = request.headers.get("Content-Encoding", "identity").lower()
+    decoded = "" if encoding == "identity" else f" decoded from {encoding}"
+    return f"request body over {request.client_max_size:,} bytes{decoded} (server --max-body)"
+
+
+def check_content_length(request: web.Request, limit: int, over: str) -> None:
+    """A 413 before any of the body is read when its declared length is over ``limit``."""
+    length = request.content_length
+    if length is not None and length > limit:
+        raise RequestError(413, f"{over} (Content-Length: {length:,})")
+
+
+class _Budget:
+    """The bytes a request may still send (``--max-body``), spent by every decoded byte read,
+    over all its parts."""
+
+    def __init__(self, request: web.Request, deadline: float, limit: int, over: str) -> None:
+        self.request = request
+        self.deadline = deadline
+        self.left = limit
+        #: the 413's message, less where it was seen
+        self.over = over
+
+    async def read(self, read_chunk: Callable[[], Awaitable[bytes]], what: str) -> bytes:
+        """Everything ``read_chunk`` gives until it gives ``b""``; a 413 as soon as the
+        request has sent more than the limit, before the rest is read."""
+        chunks = []
+        while chunk := await read_by(self.request, read_chunk, what, self.deadline):
+            self.left -= len(chunk)
+            if self.left < 0:
+                raise RequestError(413, f"{self.over} while reading {what}")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 class _NonFiniteJson(ValueError):
@@ -118,16 +163,43 @@ def encode_reply(result: np.ndarray, output: str, encoding: str) -> tuple[bytes,
     return buf.getvalue(), "application/x-npy"
 
 
+def load_npy_exact(name: str, data: bytes, holder: str) -> np.ndarray:
+    """One .npy array that fills ``data``, checked before allocation (see
+    :func:`load_npy_bytes`); trailing bytes are refused: they are no part of the input, and
+    a sender that adds them has likely sent something else than it thinks."""
+    header = read_npy_header(io.BytesIO(data), name)
+    end = header.offset + header.nbytes
+    if len(data) > end:
+        raise InputError(
+            f"{name}: the {holder} holds {len(data) - end:,} bytes after the array (its header "
+            f"declares shape {header.shape} {header.dtype}, {end:,} bytes with the header; "
+            f"the {holder} is {len(data):,})"
+        )
+    return load_npy_bytes(name, data, holder)
+
+
 async def read_inputs(request: web.Request, net: Net) -> tuple[dict[str, np.ndarray], str]:
     """The request's inputs by blob name, and the reply encoding ("npy" or "json")."""
     kind = request.content_type
+    if kind not in ("application/x-npy", "multipart/form-data", "application/json"):
+        raise RequestError(
+            415,
+            f"unsupported content type {kind!r}; use application/x-npy, "
+            "multipart/form-data or application/json",
+        )
+    limit, over = request.client_max_size, max_body_message(request)
+    if kind == "application/json" and JSON_BODY_LIMIT < limit:  # json.loads holds the GIL
+        limit, over = JSON_BODY_LIMIT, f"JSON bodies over {JSON_BODY_LIMIT} bytes: send .npy"
+    check_content_length(request, limit, over)
     deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
+    budget = _Budget(request, deadline, limit, over)
+    content = request.content
     if kind == "application/x-npy":
         names = net.input_names
         if len(names) != 1:
             raise ValueError(f"the model has inputs {names}: send multipart/form-data")
-        body = await read_by(request, request.read, "request body", deadline)
-        return {names[0]: await asyncio.to_thread(load_npy_bytes, names[0], body, "body")}, "npy"
+        body = await budget.read(lambda: content.read(READ_CHUNK), "the body")
+        return {names[0]: await asyncio.to_thread(load_npy_exact, names[0], body, "body")}, "npy"
     if kind == "multipart/form-data":
         inputs: dict[str, np.ndarray] = {}
         reader = await request.multipart()
@@ -137,16 +209,19 @@ async def read_inputs(request: web.Request, net: Net) -> tuple[dict[str, np.ndar
                 break
             if not isinstance(part, BodyPartReader) or part.name is None:
                 raise ValueError("each multipart part must be one .npy file named after an input")
-            data = await read_by(request, part.read, "a part", deadline)
-            inputs[part.name] = await asyncio.to_thread(load_npy_bytes, part.name, data, "part")
+            name = part.name
+            if name not in net.input_names:  # refused before its bytes are read
+                raise ValueError(f"unknown input {name!r} (inputs: {net.input_names})")
+            if name in inputs:
+                raise ValueError(f"input {name!r} sent twice (one part per input)")
+            encoding = part.headers.get("Content-Encoding", "identity").lower()
+            if encoding != "identity":
+                raise ValueError(
+                    f"part {name!r}: Content-Encoding {encoding} is not taken in a part "
+                    "(compress the whole request instead)"
+                )
+            data = await budget.read(partial(part.read_chunk, READ_CHUNK), f"part {name!r}")
+            inputs[name] = await asyncio.to_thread(load_npy_exact, name, data, "part")
         return inputs, "npy"
-    if kind == "application/json":
-        body = await read_by(request, request.read, "request body", deadline)
-        if len(body) > JSON_BODY_LIMIT:
-            raise RequestError(413, f"JSON bodies over {JSON_BODY_LIMIT} bytes: send .npy")
-        return await asyncio.to_thread(json_inputs, body), "json"
-    raise RequestError(
-        415,
-        f"unsupported content type {kind!r}; use application/x-npy, "
-        "multipart/form-data or application/json",
-    )
+    body = await budget.read(lambda: content.read(READ_CHUNK), "the body")
+    return await asyncio.to_thread(json_inputs, body), "json"

@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TypeAlias
 from ._cli_cache import cmd_cache_inspect, cmd_cache_ls, cmd_cache_prune, cmd_cache_verify
 from ._cli_info import cmd_info, cmd_layers
 from ._cli_remote import cmd_cache_pull, cmd_cache_push
-from ._cli_report import mark
+from ._cli_report import mark, terminal_safe
 from ._cli_run import cmd_bench, cmd_cache_warm, cmd_run, cmd_serve
 from ._cli_shapehint import cmd_shapehint
 from ._errors import AsyncVkError
@@ -319,6 +319,36 @@ def _add_serve_command(sub: _Subparsers) -> None:
         help="run once on zeros of this shape before /ready: the first request then pays no "
         "plan build or shader compile",
     )
+    serve.add_argument(
+        "--max-plans-per-shape",
+        type=_count(1),
+        default=4,
+        metavar="N",
+        help="inferences of one input shape that run at once, each with its own blob memory; "
+        "more wait for one to end (default: 4)",
+    )
+    serve.add_argument(
+        "--max-queue",
+        type=_count(0),
+        default=256,
+        metavar="N",
+        help="requests that may wait per input shape; beyond it, 503 with Retry-After "
+        "(default: 256)",
+    )
+    serve.add_argument(
+        "--idle-plans-per-shape",
+        type=_count(0),
+        default=1,
+        metavar="N",
+        help="plans kept per input shape once a burst is over (default: 1)",
+    )
+    serve.add_argument(
+        "--plan-idle-seconds",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="a plan unused this long is released, with its memory (default: 2)",
+    )
     serve.set_defaults(func=cmd_serve, json=False)
 
 
@@ -394,7 +424,7 @@ def main(argv: Sequence[str] | None = None, *, release_at_exit: bool = True) -> 
         if args.debug:
             raise
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"asyncvk: error: {message}", file=sys.stderr)
+        print(terminal_safe(f"asyncvk: error: {message}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

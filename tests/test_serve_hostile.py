@@ -6,6 +6,7 @@ a one-line JSON message, or, for a client that left, nothing; none leaves a trac
 from __future__ import annotations
 
 import asyncio
+import gzip
 import io
 import json
 import os
@@ -314,3 +315,163 @@ def test_malformed_multipart_headers_are_400_not_a_disconnect(server: Server) ->
     status, _, rest = reply.partition(b"\r\n\r\n")
     assert status.startswith(b"HTTP/1.1 400"), reply[:200]
     assert json.loads(rest)["error"] == "a part: 400, message: Invalid HTTP header: b'not a header'"
+
+
+# --max-body bounds the whole request (2,000,000 bytes here), after decoding, over every part
+
+
+def _pid_hwm(server: Server) -> int:
+    """The server's peak RSS so far (VmHWM), in bytes."""
+    with open(f"/proc/{server.proc.pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def _multipart(parts: list[tuple[str, bytes]], boundary: str = "b0undary") -> tuple[bytes, str]:
+    body = b""
+    for name, data in parts:
+        body += (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; '
+                f'filename="{name}.npy"\r\nContent-Type: application/x-npy\r\n\r\n'
+            ).encode()
+            + data
+            + b"\r\n"
+        )
+    return body + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+async def _post_raw(
+    server: Server, body: bytes, headers: dict[str, str]
+) -> tuple[int, dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession(timeout=TIMEOUT, auto_decompress=False) as http,
+        http.post(f"{server.url}/infer", data=body, headers=headers) as r,
+    ):
+        return r.status, await r.json()
+
+
+async def test_a_gzip_multipart_that_decodes_past_max_body_is_413_without_reading_it(
+    server: Server,
+) -> None:
+    """A 100 KiB gzip body that decodes to 100 MB: refused at the first 2 MB, and the server
+    grows by no more than the limit's order (it read 100 MB before, and answered 200)."""
+    part = _npy(np.load(MODEL / "input.npy")) + bytes(100_000_000)
+    body, kind = _multipart([("in0", part)])
+    packed = gzip.compress(body, compresslevel=6)
+    assert len(packed) < 200_000
+    before = _pid_hwm(server)
+    status, reply = await _post_raw(
+        server, packed, {"Content-Type": kind, "Content-Encoding": "gzip"}
+    )
+    assert status == 413, reply
+    assert reply["error"] == (
+        "request body over 2,000,000 bytes decoded from gzip (server --max-body) "
+        "while reading part 'in0'"
+    )
+    assert _pid_hwm(server) - before < 50_000_000
+
+
+async def test_a_gzip_npy_body_that_decodes_past_max_body_is_413(server: Server) -> None:
+    packed = gzip.compress(_npy(np.zeros((3, 1000, 1000), np.float32)))
+    status, reply = await _post_raw(
+        server, packed, {"Content-Type": "application/x-npy", "Content-Encoding": "gzip"}
+    )
+    assert status == 413, reply
+    assert reply["error"] == (
+        "request body over 2,000,000 bytes decoded from gzip (server --max-body) "
+        "while reading the body"
+    )
+
+
+async def test_a_content_length_over_max_body_is_413_before_the_body(server: Server) -> None:
+    """Only the head is sent: the answer comes without waiting for the body (which would be
+    a 408 after the 1 s body timeout)."""
+    with _connect(server) as sock:
+        sock.sendall(_request_head(1_000_000_000))
+        status, body = await asyncio.to_thread(_read_one_response, sock)
+    assert status == 413
+    assert body["error"] == (
+        "request body over 2,000,000 bytes (server --max-body) (Content-Length: 1,000,000,000)"
+    )
+
+
+def _read_one_response(sock: socket.socket) -> tuple[int, dict[str, Any]]:
+    """One HTTP response with a Content-Length, from a raw socket the server may keep open
+    (it reads and drops what the client still sends for a while)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.lower().split(b"\r\n")
+        if line.startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return int(head.split()[1]), json.loads(body)
+
+
+def _head_with_expect(length: int) -> bytes:
+    return _request_head(length).replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n")
+
+
+def test_expect_100_continue_over_max_body_is_413_before_continue(server: Server) -> None:
+    with _connect(server) as sock:
+        sock.sendall(_head_with_expect(1_000_000_000))
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 413 "), data[:200]
+    assert b"100 Continue" not in data
+    assert json.loads(data.partition(b"\r\n\r\n")[2])["error"] == (
+        "request body over 2,000,000 bytes (server --max-body) (Content-Length: 1,000,000,000)"
+    )
+
+
+def test_expect_100_continue_under_max_body_continues(server: Server) -> None:
+    body = _npy(np.load(MODEL / "input.npy"))
+    with _connect(server) as sock:
+        sock.sendall(_head_with_expect(len(body)))
+        assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        reply = sock.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 200 OK"), reply[:200]
+
+
+async def test_a_npy_body_with_trailing_data_is_400(server: Server) -> None:
+    x = np.load(MODEL / "input.npy")
+    status, body = await server.post(_npy(x) + bytes(1_000_000), "application/x-npy")
+    assert status == 400, body
+    assert body["error"] == (
+        "in0: the body holds 1,000,000 bytes after the array (its header declares shape "
+        "(3, 44, 44) float32, 23,360 bytes with the header; the body is 1,023,360)"
+    )
+
+
+async def test_a_multipart_part_with_trailing_data_is_400_naming_it(server: Server) -> None:
+    body, kind = _multipart([("in0", _npy(np.load(MODEL / "input.npy")) + b"junk")])
+    status, reply = await server.post(body, kind)
+    assert status == 400, reply
+    assert reply["error"].startswith("in0: the part holds 4 bytes after the array")
+
+
+@pytest.mark.parametrize(
+    ("parts", "needle"),
+    [
+        ([("nope", b"x")], "unknown input 'nope' (inputs: ['in0'])"),
+        ([("in0", b"x"), ("in0", b"y")], "input 'in0' sent twice (one part per input)"),
+    ],
+)
+async def test_multipart_names_are_checked_before_parts_are_read(
+    server: Server, parts: list[tuple[str, bytes]], needle: str
+) -> None:
+    inp = _npy(np.load(MODEL / "input.npy"))
+    parts = [(name, inp if data == b"x" else data) for name, data in parts]
+    body, kind = _multipart(parts)
+    status, reply = await server.post(body, kind)
+    assert status == 400, reply
+    assert reply["error"] == needle

@@ -7,11 +7,20 @@ stay mapped for their whole life.
 
 The allocator counts what is live (``stats()``): blocks (one VkDeviceMemory each) and the
 sub-allocated buffers with their bytes, so a test can check that an owner gave back all it took.
+
+Memory that comes and goes with load (a plan's blobs, made for a burst of requests and released
+after it) is allocated inside :func:`dedicated_blocks`: each buffer of ``DEDICATED_MIN`` bytes or
+more gets a block of its own, freed as soon as the buffer is released. Sub-allocated, it would
+leave holes in shared blocks that the blocks' other users keep alive, and where device memory is
+host memory (lavapipe, integrated GPUs) the process's RSS would never fall back.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -28,8 +37,23 @@ ffi = _vk.ffi
 BLOCK_SIZE = 64 << 20
 #: Blocks for staging and readback: host memory the driver pins, where 64 MB for a 4 KB output
 #: cost a first inference on the H100 15-25 ms. A larger request gets a block of the next power
-#: of two (kept until close, so growing requests take few blocks).
+#: of two (kept, so growing requests take few blocks, until close or free_empty_blocks).
 TRANSFER_BLOCK_SIZE = 1 << 20
+#: Inside :func:`dedicated_blocks`, buffers of this size or more get a block of their own.
+DEDICATED_MIN = 1 << 20
+
+_dedicated: ContextVar[bool] = ContextVar("asyncvk_dedicated_blocks", default=False)
+
+
+@contextmanager
+def dedicated_blocks() -> Iterator[None]:
+    """Allocations made inside (on this thread or context) of ``DEDICATED_MIN`` bytes or more
+    get blocks of their own, given back to the driver when they are released."""
+    token = _dedicated.set(True)
+    try:
+        yield
+    finally:
+        _dedicated.reset(token)
 
 
 class MemoryKind(Enum):
@@ -67,6 +91,8 @@ class _Block:
     mapped: Any  # cffi void* or None
     free: list[tuple[int, int]] = field(default_factory=list)  # (offset, size), sorted
     used: int = 0
+    #: holds one buffer and is freed with it (see dedicated_blocks)
+    dedicated: bool = False
 
 
 class Buffer:
@@ -162,9 +188,17 @@ class Allocator:
 
     def allocate(self, size: int, kind: MemoryKind = MemoryKind.DEVICE) -> Buffer:
         size = max(self.alignment, -(-size // self.alignment) * self.alignment)
+        dedicated = size >= DEDICATED_MIN and _dedicated.get()
         with self._lock:
-            for block in self._blocks[kind]:
+            if dedicated:
+                block = self._new_block(kind, size)
+                block.dedicated = True
+                self._blocks[kind].append(block)
                 buf = self._take(block, size)
+                assert buf is not None
+                return buf
+            for block in self._blocks[kind]:
+                buf = None if block.dedicated else self._take(block, size)
                 if buf is not None:
                     return buf
             if kind is MemoryKind.DEVICE:
@@ -194,6 +228,12 @@ class Allocator:
             block = buf.block
             block.used -= buf.size
             self._live_buffers -= 1
+            if block.dedicated:
+                for blocks in self._blocks.values():
+                    if block in blocks:
+                        blocks.remove(block)
+                        self._destroy(self._device.handle, block)
+                return
             block.free.append((buf.offset, buf.size))
             block.free.sort()
             merged: list[tuple[int, int]] = []
@@ -240,9 +280,31 @@ class Allocator:
         self._device.track("memory", +1)
         return _Block(memory, buffer, size, host_visible, mapped, free=[(0, size)])
 
+    def free_empty_blocks(self) -> int:
+        """Free the blocks nothing is allocated from (a burst's plans, released): kept, they
+        hold their memory until close, and where device memory is host memory (lavapipe,
+        integrated GPUs) the process's RSS with it. Returns the bytes freed."""
+        dev = self._device.handle
+        freed = 0
+        with self._lock:
+            for blocks in self._blocks.values():
+                for block in [b for b in blocks if b.used == 0]:
+                    blocks.remove(block)
+                    self._destroy(dev, block)
+                    freed += block.size
+        return freed
+
+    def _destroy(self, dev: Any, block: _Block) -> None:
+        if block.mapped is not None:
+            _vk.api.vkUnmapMemory(dev, block.memory)
+        _vk.api.vkDestroyBuffer(dev, block.buffer, None)
+        _vk.api.vkFreeMemory(dev, block.memory, None)
+        self._device.track("memory", -1)
+
     def stats(self) -> dict[str, int]:
-        """Live counts: ``blocks`` and ``reserved_bytes`` (VkDeviceMemory, kept until close),
-        ``buffers`` and ``used_bytes`` (sub-allocations not released yet, aligned sizes)."""
+        """Live counts: ``blocks`` and ``reserved_bytes`` (VkDeviceMemory, kept until close or
+        :meth:`free_empty_blocks`), ``buffers`` and ``used_bytes`` (sub-allocations not
+        released yet, aligned sizes)."""
         with self._lock:
             blocks = [b for bs in self._blocks.values() for b in bs]
             return {
@@ -257,9 +319,5 @@ class Allocator:
         with self._lock:
             for blocks in self._blocks.values():
                 for block in blocks:
-                    if block.mapped is not None:
-                        _vk.api.vkUnmapMemory(dev, block.memory)
-                    _vk.api.vkDestroyBuffer(dev, block.buffer, None)
-                    _vk.api.vkFreeMemory(dev, block.memory, None)
-                    self._device.track("memory", -1)
+                    self._destroy(dev, block)
                 blocks.clear()

@@ -87,7 +87,7 @@ class GpuModel:
         target: GpuTarget,
         *,
         storage_fp16: bool,
-        max_plans_per_shape: int,
+        opt: Option,
     ) -> None:
         self.graph = graph
         self.device = device
@@ -98,8 +98,12 @@ class GpuModel:
         self.bound: dict[int, BoundNode] = {}
         self.plans = PlanPool(
             self._make_plan,
-            max_per_shape=max_plans_per_shape,
+            max_per_shape=opt.max_plans_per_shape,
+            min_idle=opt.idle_plans_per_shape,
+            idle_seconds=opt.plan_idle_seconds,
+            max_waiting=opt.max_waiting_per_shape,
             version=lambda: self.pipelines_version,
+            on_release=device.allocator.free_empty_blocks,
         )
         #: Command buffers recorded by this model's plans (a replay records none).
         self.commands_recorded = 0
@@ -141,7 +145,7 @@ class GpuModel:
             device,
             GpuTarget(options.supported_on(info), info),
             storage_fp16=opt.use_fp16_storage and info.support_fp16_storage,
-            max_plans_per_shape=opt.max_plans_per_shape,
+            opt=opt,
         )
         model._bind()
         wanted: list[_Wanted] = [

@@ -25,6 +25,12 @@ class Option:
     adds a shared tier behind the local cache: what the local cache lacks is read from it at
     load, and what it lacks is pushed after load; ``remote_cache_key`` (None:
     ``ASYNCVK_REMOTE_CACHE_KEY``) signs what is written and accepts only values signed with it.
+
+    Concurrent extractions of one input shape each need a plan (its own blob memory): at most
+    ``max_plans_per_shape`` are made, and further extractions wait for one in arrival order (with
+    ``max_waiting_per_shape``, one that finds that many waiting raises ``PlanQueueFull``). A plan
+    idle for ``plan_idle_seconds`` is released, down to ``idle_plans_per_shape`` per shape, so
+    the memory a burst took is given back.
     """
 
     use_vulkan_compute: bool | None = None
@@ -33,7 +39,10 @@ class Option:
     use_fp16_arithmetic: bool = False
     use_shape_hints: bool = False
     num_compile_threads: int | None = None
-    max_plans_per_shape: int = 8
+    max_plans_per_shape: int = 4
+    idle_plans_per_shape: int = 1
+    plan_idle_seconds: float = 2.0
+    max_waiting_per_shape: int | None = None
     pipeline_cache: PipelineCache | None = None
     cache_dir: str | Path | None = None
     graph_key: str | None = None

@@ -1,7 +1,18 @@
 """PlanPool: the plans of one GpuModel, a few per input shape, lent to one extraction at a time.
 
 A plan's arena holds one inference's blobs, so concurrent extractions of one shape each need a
-plan: up to ``max_per_shape`` are made, and further extractions wait for one to come back.
+plan. Up to ``max_per_shape`` are made, counting those still being built (a burst that arrives
+before the first plan is recorded must not make one plan per request); further extractions wait
+for one to come back and get it in arrival order. With ``max_waiting``, an extraction that finds
+that many already waiting is refused (:class:`PlanQueueFull`) rather than queued.
+
+What a burst took is given back after it: a plan idle for ``idle_seconds`` is released, down to
+``min_idle`` per shape. Its larger buffers have device blocks of their own, freed with it, and
+the shared blocks left empty are freed too (``on_release``): the allocator otherwise keeps
+every block until the device closes and, where device memory is host memory (lavapipe), so
+would the process's RSS. The C heap's free memory (the burst's request bodies and arrays) is
+handed back to the OS then as well.
+
 Plans of at most ``max_shapes`` shapes are kept; a new shape drops the idle plans of the oldest.
 A plan recorded before the model adopted a background pipeline is dropped when it comes back, so
 the next extraction records one that can use it.
@@ -10,9 +21,14 @@ the next extraction records one that can use it.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from .._threads import run_sync
+from .._errors import AsyncVkError
+from .._threads import outlive, run_sync
+from ..gpu._memory import dedicated_blocks
 from ._plan import Plan, Shape
 
 #: (target blob, sorted (input blob, shape) pairs): what a plan was made for
@@ -23,6 +39,81 @@ def plan_key(shapes: dict[int, Shape], target: int) -> PlanKey:
     return (target, tuple(sorted(shapes.items())))
 
 
+def check_settings(
+    max_per_shape: int, min_idle: int, idle_seconds: float, max_waiting: int | None
+) -> None:
+    """ValueError naming the ``Option`` field that a pool cannot work with."""
+    if max_per_shape < 1:
+        raise ValueError(f"max_plans_per_shape must be at least 1, got {max_per_shape}")
+    if not 0 <= min_idle <= max_per_shape:
+        raise ValueError(
+            f"idle_plans_per_shape must be from 0 to max_plans_per_shape ({max_per_shape}), "
+            f"got {min_idle}"
+        )
+    if not idle_seconds >= 0:
+        raise ValueError(f"plan_idle_seconds must be 0 or more, got {idle_seconds}")
+    if max_waiting is not None and max_waiting < 0:
+        raise ValueError(f"max_waiting_per_shape must be 0 or more, got {max_waiting}")
+
+
+def give_free_heap_back() -> None:
+    """Hand the C heap's free memory back to the OS (glibc's ``malloc_trim``; elsewhere
+    nothing). A burst's request bodies and arrays are freed when it ends, but glibc keeps
+    what it freed (its mmap threshold rises with the sizes it has seen), so RSS would stay at
+    the burst's peak until the next burst reuses it."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        import ctypes  # once, after a first burst: not on the way to a first result
+
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+        except (AttributeError, OSError):  # not glibc
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
+
+
+class PlanQueueFull(AsyncVkError):
+    """Every plan of a shape is lent and ``max_waiting`` extractions already wait for one."""
+
+
+@dataclass(frozen=True)
+class PoolStatistics:
+    """The pool at one moment, over all its shapes (``peak_plans``: of one shape, ever)."""
+
+    plans: int  #: made and not released: lent, idle or being built
+    lent: int
+    idle: int
+    building: int
+    waiting: int  #: extractions waiting for a plan
+    peak_plans: int  #: the most plans one shape has held at once
+    built: int  #: plans made since the pool was
+    released: int  #: plans released since the pool was
+
+
+#: What a waiter is handed: a plan, or None: the right to build one (a place came free).
+_Handed = Plan | None
+
+
+@dataclass(eq=False)
+class _Shape:
+    """One key's plans: every one made (lent or idle), the idle ones with when they came
+    back, builds under way and the extractions waiting, first come first."""
+
+    plans: list[Plan] = field(default_factory=list)
+    idle: list[tuple[Plan, float]] = field(default_factory=list)
+    building: int = 0
+    waiters: deque[asyncio.Future[_Handed]] = field(default_factory=deque)
+    timer: asyncio.TimerHandle | None = None
+
+    @property
+    def held(self) -> int:
+        return len(self.plans) + self.building
+
+
 class PlanPool:
     """Plans by :data:`PlanKey`; ``build`` makes one (on a worker thread: it records)."""
 
@@ -31,75 +122,237 @@ class PlanPool:
         build: Callable[[dict[int, Shape], int], Plan],
         *,
         max_per_shape: int,
+        min_idle: int = 1,
+        idle_seconds: float = 2.0,
+        max_waiting: int | None = None,
         max_shapes: int = 8,
         version: Callable[[], int] = lambda: 0,
+        on_release: Callable[[], object] = lambda: None,
     ) -> None:
+        check_settings(max_per_shape, min_idle, idle_seconds, max_waiting)
         self._build = build
         self._version = version
+        self._on_release = on_release
         self._max_per_shape = max_per_shape
+        self._min_idle = min_idle
+        self._idle_seconds = idle_seconds
+        self._max_waiting = max_waiting
         self._max_shapes = max_shapes
-        #: Every plan made, lent or idle, by key.
-        self.plans: dict[PlanKey, list[Plan]] = {}
-        self._idle: dict[PlanKey, list[Plan]] = {}
-        self._cond: asyncio.Condition | None = None
+        self._shapes: dict[PlanKey, _Shape] = {}
+        self._closed = False
+        self._peak = 0
+        self._built = 0
+        self._released = 0
+
+    @property
+    def plans(self) -> dict[PlanKey, list[Plan]]:
+        """Every plan made and not released, lent or idle, by key."""
+        return {key: list(s.plans) for key, s in self._shapes.items() if s.plans}
+
+    def statistics(self) -> PoolStatistics:
+        shapes = self._shapes.values()
+        idle = sum(len(s.idle) for s in shapes)
+        plans = sum(len(s.plans) for s in shapes)
+        return PoolStatistics(
+            plans=plans + sum(s.building for s in shapes),
+            lent=plans - idle,
+            idle=idle,
+            building=sum(s.building for s in shapes),
+            waiting=sum(len(s.waiters) for s in shapes),
+            peak_plans=self._peak,
+            built=self._built,
+            released=self._released,
+        )
 
     async def acquire(self, shapes: dict[int, Shape], target: int) -> Plan:
-        """An idle plan for these shapes, a new one, or the first one given back."""
-        if self._cond is None:
-            self._cond = asyncio.Condition()
+        """An idle plan for these shapes, a new one, or, once ``max_per_shape`` are out, the
+        first one given back after those already waiting have had theirs."""
         key = plan_key(shapes, target)
-        async with self._cond:
-            while True:
-                idle = self._idle.setdefault(key, [])
-                while idle and not self._current(idle[-1]):
-                    stale = idle.pop()  # recorded before a background pipeline was adopted
-                    self.plans[key].remove(stale)
-                    stale.release()
-                if idle:
-                    return idle.pop()
-                plans = self.plans.setdefault(key, [])
-                if len(plans) < self._max_per_shape:
-                    break
-                await self._cond.wait()
+        s = self._shapes.get(key)
+        if s is None:
             self._evict_other_shapes(key)
-        plan = await run_sync(lambda: self._build(shapes, target))
-        self.plans.setdefault(key, []).append(plan)
-        return plan
+            s = self._shapes[key] = _Shape()
+        self._drop_stale(s)
+        if not s.waiters:
+            if s.idle:
+                return s.idle.pop()[0]
+            if s.held < self._max_per_shape:
+                self._reserve(s)
+                return await self._make(key, s, shapes, target)
+        if self._max_waiting is not None and len(s.waiters) >= self._max_waiting:
+            raise PlanQueueFull(
+                f"all {s.held} plans for inputs {dict(shapes)} are in use and "
+                f"{len(s.waiters)} extractions already wait for one"
+            )
+        waiter: asyncio.Future[_Handed] = asyncio.get_running_loop().create_future()
+        s.waiters.append(waiter)
+        try:
+            handed = await waiter
+        except asyncio.CancelledError:
+            if waiter.cancelled():
+                if waiter in s.waiters:  # else already passed over by _pass_on
+                    s.waiters.remove(waiter)
+            else:  # handed something just as it was cancelled: pass it on
+                handed = waiter.result()
+                if handed is None:
+                    s.building -= 1  # the place reserved for it
+                self._pass_on(key, s, handed)
+            raise
+        if handed is not None:
+            return handed
+        return await self._make(key, s, shapes, target)  # a place came free: build in it
 
     async def give_back(self, plan: Plan) -> None:
         """Return a plan from :meth:`acquire`; one the pool no longer holds is released."""
-        assert self._cond is not None
         key = plan_key(plan.input_shapes, plan.target)
-        async with self._cond:
-            plans = self.plans.get(key, [])
-            if plan in plans and self._current(plan):
-                self._idle.setdefault(key, []).append(plan)
-            else:  # evicted, or recorded before a background pipeline was adopted
-                if plan in plans:
-                    plans.remove(plan)
-                plan.release()
-            self._cond.notify()
+        s = self._shapes.get(key)
+        if s is None or plan not in s.plans:  # evicted, or the pool was released
+            plan.release()
+            return
+        if not self._current(plan):  # recorded before a background pipeline was adopted
+            self._release(s, plan)
+            self._pass_on(key, s, None)
+            return
+        self._pass_on(key, s, plan)
+
+    async def _make(self, key: PlanKey, s: _Shape, shapes: dict[int, Shape], target: int) -> Plan:
+        """Build a plan in the place already counted in ``s.building``. A cancelled caller
+        still waits for the build (a thread cannot be stopped), then gives the plan to the
+        pool, so that no plan is lost and no place is left taken."""
+        task = asyncio.ensure_future(run_sync(self._build_dedicated, shapes, target))
+        try:
+            await outlive(task)
+        except asyncio.CancelledError:
+            self._settle(key, s, task, lend=False)
+            raise
+        plan = self._settle(key, s, task, lend=True)
+        assert plan is not None
+        return plan
+
+    def _build_dedicated(self, shapes: dict[int, Shape], target: int) -> Plan:
+        """A plan whose larger buffers have device blocks of their own: released, they go back
+        to the driver instead of leaving holes in blocks that the weights keep."""
+        with dedicated_blocks():
+            return self._build(shapes, target)
+
+    def _settle(
+        self, key: PlanKey, s: _Shape, task: asyncio.Future[Plan], *, lend: bool
+    ) -> Plan | None:
+        """A build has ended: its plan joins the pool, lent (``lend``) or passed on; a failed
+        build passes its place on, and its error is raised to the one who waited for it."""
+        s.building -= 1
+        error = task.exception() if not task.cancelled() else asyncio.CancelledError()
+        if error is None and self._closed:  # the model was released while it was built
+            task.result().release()
+            error = RuntimeError("the model was released while a plan was built for it")
+        if error is not None:
+            self._pass_on(key, s, None)
+            if lend:
+                raise error
+            return None
+        plan = task.result()
+        s.plans.append(plan)
+        self._built += 1
+        if lend:
+            return plan
+        self._pass_on(key, s, plan)
+        return None
+
+    def _reserve(self, s: _Shape) -> None:
+        """Count a build about to start (the cap counts plans not recorded yet)."""
+        s.building += 1
+        self._peak = max(self._peak, s.held)
+
+    def _pass_on(self, key: PlanKey, s: _Shape, handed: _Handed) -> None:
+        """A plan came back (or, with None, a place came free): to the first waiter, else
+        the plan goes idle (and the shape's idle timer starts)."""
+        while s.waiters:
+            waiter = s.waiters.popleft()
+            if waiter.done():
+                continue
+            if handed is None:
+                self._reserve(s)  # the waiter builds in the place
+            waiter.set_result(handed)
+            return
+        if handed is None:
+            return
+        loop = asyncio.get_running_loop()
+        s.idle.append((handed, loop.time()))
+        if self._idle_seconds == 0:
+            self.trim_idle(loop.time())
+        elif s.timer is None and len(s.plans) > self._min_idle:
+            self._start_timer(key, s, loop.time() + self._idle_seconds)
+
+    def _start_timer(self, key: PlanKey, s: _Shape, due: float) -> None:
+        s.timer = asyncio.get_running_loop().call_at(due, self._on_timer, key, due)
+
+    def _on_timer(self, key: PlanKey, due: float) -> None:
+        s = self._shapes.get(key)
+        if s is not None:
+            s.timer = None
+        # the loop may run a timer up to its clock's resolution early: count from ``due``
+        self.trim_idle(max(asyncio.get_running_loop().time(), due))
+
+    def trim_idle(self, now: float) -> int:
+        """Release the plans idle for ``idle_seconds`` at ``now`` (the loop's clock), those
+        idle longest first, keeping ``min_idle`` plans per shape; then free the device blocks
+        left empty. Returns the plans released."""
+        released = 0
+        for key, s in list(self._shapes.items()):
+            spare = len(s.plans) - self._min_idle
+            expired = [p for p, t in s.idle if now - t >= self._idle_seconds]  # longest first
+            for plan in expired[: max(spare, 0)]:
+                self._release(s, plan)
+                released += 1
+            if not s.plans and not s.building and not s.waiters:
+                del self._shapes[key]
+            elif s.timer is None and len(s.plans) > self._min_idle and s.idle:
+                self._start_timer(key, s, min(t for _, t in s.idle) + self._idle_seconds)
+        if released:
+            self._on_release()
+            give_free_heap_back()
+        return released
+
+    def _release(self, s: _Shape, plan: Plan) -> None:
+        s.plans.remove(plan)
+        s.idle = [(p, t) for p, t in s.idle if p is not plan]
+        plan.release()
+        self._released += 1
+
+    def _drop_stale(self, s: _Shape) -> None:
+        """Release idle plans recorded before a background pipeline was adopted."""
+        for plan, _ in list(s.idle):
+            if not self._current(plan):
+                self._release(s, plan)
 
     def _current(self, plan: Plan) -> bool:
         """Whether ``plan`` was recorded with every pipeline the model has adopted."""
         return plan.pipelines_version == self._version()
 
     def _evict_other_shapes(self, keep: PlanKey) -> None:
-        """Keep plans for at most ``max_shapes`` shapes: drop idle plans of the oldest."""
-        while len(self.plans) >= self._max_shapes:
-            for key in list(self.plans):
-                if key != keep and len(self._idle.get(key, [])) == len(self.plans[key]):
-                    for plan in self.plans.pop(key):
-                        plan.release()
-                    self._idle.pop(key, None)
+        """Keep plans for at most ``max_shapes`` shapes: drop the oldest shape that is idle."""
+        while len(self._shapes) >= self._max_shapes:
+            for key, s in self._shapes.items():
+                if key != keep and not s.building and not s.waiters and len(s.idle) == len(s.plans):
+                    for plan in list(s.plans):
+                        self._release(s, plan)
+                    self._on_release()
+                    if s.timer is not None:
+                        s.timer.cancel()
+                    del self._shapes[key]
                     break
             else:
                 return
 
     def release(self) -> None:
         """Release every plan, lent ones included (their extractions must be over)."""
-        for plans in self.plans.values():
-            for plan in plans:
+        self._closed = True
+        for s in self._shapes.values():
+            if s.timer is not None:
+                s.timer.cancel()
+            for plan in s.plans:
                 plan.release()
-        self.plans.clear()
-        self._idle.clear()
+            for waiter in s.waiters:
+                if not waiter.done():
+                    waiter.set_exception(RuntimeError("the model was released"))
+        self._shapes.clear()
