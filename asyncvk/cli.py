@@ -83,6 +83,8 @@ def _start_opening_device(args: argparse.Namespace) -> None:
     """For commands that load a model on the GPU: open the device now, on a thread, while this
     thread imports numpy and asyncvk. ``get_gpu_device`` joins it (gpu's own locks). A run that
     will compile starts the compiler's set-up beside it."""
+    if getattr(args, "device", None) == "cpu":
+        args.cpu, args.device = True, None  # one spelling downstream: --cpu
     if args.func not in _DEVICE_COMMANDS or getattr(args, "cpu", False):
         return
     from .gpu import _driver_load
@@ -120,7 +122,12 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
         p.add_argument("--cache-dir", metavar="DIR", help="managed cache folder")
         p.add_argument("--graph-key", metavar="KEY", help="model key inside --cache-dir")
         _remote_cache_arg(p)
-    p.add_argument("--device", type=int, default=None, help="Vulkan device index")
+    p.add_argument(
+        "--device",
+        type=_device_choice,
+        default=None,
+        help="Vulkan device index, or 'cpu' for the CPU (numpy) path",
+    )
     p.add_argument("--cpu", action="store_true", help="run on the CPU (numpy) path")
     p.add_argument("--fp16", action="store_true", help="fp16 storage where supported")
     p.add_argument(
@@ -128,7 +135,7 @@ def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
         action="store_true",
         help="fp16 operands, fp32 sums: convolutions on the matrix units where the device has them",
     )
-    p.add_argument("--compile-threads", type=int, default=None)
+    p.add_argument("--compile-threads", type=_count(1), default=None)
     p.add_argument(
         "--shape-hints",
         action="store_true",
@@ -166,6 +173,42 @@ def _count(least: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _device_choice(text: str) -> int | str:
+    """An argparse type: a device index (0 or more), or ``cpu``."""
+    if text.strip().lower() == "cpu":
+        return "cpu"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a device index nor 'cpu'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a device index is 0 or more, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
+    return value
+
+
+def _host(text: str) -> str:
+    """An argparse type: an address or a name this machine can resolve."""
+    import socket
+
+    try:
+        socket.getaddrinfo(text, None)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise argparse.ArgumentTypeError(f"cannot listen on {text!r}: {reason}") from None
+    return text
 
 
 def _terminal_columns() -> int:
@@ -285,13 +328,13 @@ def _add_serve_command(sub: _Subparsers) -> None:
     serve = sub.add_parser("serve", help="an HTTP inference server for one model")
     serve.add_argument("param")
     serve.add_argument("bin")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--host", type=_host, default="127.0.0.1")
+    serve.add_argument("--port", type=_port, default=8080, help="0: any free port")
     serve.add_argument("--cache-dir", metavar="DIR")
     serve.add_argument("--graph-key", metavar="KEY")
     _remote_cache_arg(serve)
-    serve.add_argument("--device", type=int, default=None)
-    serve.add_argument("--max-body", type=int, default=64 << 20, help="bytes per request")
+    serve.add_argument("--device", type=_count(0), default=None, help="Vulkan device index")
+    serve.add_argument("--max-body", type=_count(1), default=64 << 20, help="bytes per request")
     serve.add_argument(
         "--stay-up-on-load-error",
         action="store_true",
@@ -363,12 +406,12 @@ def _add_cache_commands(sub: _Subparsers) -> None:
     warm.set_defaults(func=cmd_cache_warm)
     inspect = csub.add_parser("inspect", help="header fields and entries of a cache file")
     inspect.add_argument("file")
-    inspect.add_argument("--device", type=int, default=None)
+    inspect.add_argument("--device", type=_count(0), default=None)
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(func=cmd_cache_inspect)
     verify = csub.add_parser("verify", help="exit 0 if this device accepts every part of FILE")
     verify.add_argument("file")
-    verify.add_argument("--device", type=int, default=None)
+    verify.add_argument("--device", type=_count(0), default=None)
     verify.add_argument("--json", action="store_true")
     verify.set_defaults(func=cmd_cache_verify)
     ls = csub.add_parser("ls", help="list a cache folder: keys, devices, sizes, ages")
@@ -377,7 +420,7 @@ def _add_cache_commands(sub: _Subparsers) -> None:
     ls.set_defaults(func=cmd_cache_ls)
     prune = csub.add_parser("prune", help="apply the size cap and remove stale files")
     prune.add_argument("dir")
-    prune.add_argument("--max-bytes", type=int, default=None)
+    prune.add_argument("--max-bytes", type=_count(0), default=None)
     prune.add_argument("--json", action="store_true")
     prune.set_defaults(func=cmd_cache_prune)
     for name, func, help_text in (
@@ -387,7 +430,7 @@ def _add_cache_commands(sub: _Subparsers) -> None:
         remote = csub.add_parser(name, help=help_text)
         remote.add_argument("file")
         remote.add_argument("--remote", required=True, metavar="URL", help="redis://HOST:PORT/DB")
-        remote.add_argument("--device", type=int, default=None)
+        remote.add_argument("--device", type=_count(0), default=None)
         remote.add_argument("--json", action="store_true")
         remote.set_defaults(func=func)
 
@@ -408,12 +451,18 @@ _LOAD_COMMANDS: set[Callable[[argparse.Namespace], int]] = {cmd_run, cmd_bench, 
 _exit_plain: list[bool] = []
 
 
+def _debug_first(argv: Sequence[str]) -> list[str]:
+    """``--debug`` is a program option, but a user types it anywhere: move it to the front."""
+    rest = [arg for arg in argv if arg != "--debug"]
+    return ["--debug", *rest] if len(rest) < len(argv) else list(argv)
+
+
 def main(argv: Sequence[str] | None = None, *, release_at_exit: bool = True) -> int:
     """Run one command; ``release_at_exit=False`` (the ``asyncvk`` program) leaves device
     memory and handles to the OS, once every cache file is saved."""
     mark("main")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_debug_first(sys.argv[1:] if argv is None else argv))
     args.release_at_exit = release_at_exit
     _exit_plain.append(args.func is cmd_serve)
     _start_opening_device(args)
