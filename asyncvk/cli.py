@@ -318,7 +318,15 @@ def _add_model_commands(sub: _Subparsers) -> None:
     hint.add_argument(
         "--shape", action="append", default=[], metavar="NAME=C,H,W", help="an input's shape"
     )
-    hint.add_argument("-o", "--out", required=True, metavar="OUT.param")
+    hint.add_argument("-o", "--out", default=None, metavar="OUT.param")
+    hint.add_argument(
+        "--in-place", action="store_true", help="rewrite PARAM itself instead of writing -o"
+    )
+    hint.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="write the hints even when some layers cannot have one (by default: exit 1)",
+    )
     hint.add_argument("--json", action="store_true")
     hint.set_defaults(func=cmd_shapehint)
 

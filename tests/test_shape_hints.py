@@ -288,3 +288,27 @@ def test_bench_with_shape_hints_reports_baked_pipelines(tmp_path: Path) -> None:
     plain, baked = reports
     assert plain["shape_baked_pipelines"] == 0 < baked["shape_baked_pipelines"]
     assert baked["pipelines_created"] > plain["pipelines_created"]
+
+
+def test_shapehint_never_writes_over_its_input_unless_asked(tmp_path: Path) -> None:
+    src = tmp_path / "model.param"
+    src.write_bytes((MODELS / "cunet" / "model.param").read_bytes())
+    before = src.read_bytes()
+    for target in (str(src), str(tmp_path / "." / "model.param")):
+        proc = cli("shapehint", str(src), "--shape", "in0=3,44,44", "-o", target)
+        assert proc.returncode == 1 and "is the input itself" in proc.stderr, proc.stderr
+        assert src.read_bytes() == before
+    proc = cli("shapehint", str(src), "--shape", "in0=3,44,44", "--in-place")
+    assert proc.returncode == 0, proc.stderr
+    assert src.read_bytes() != before and "-23330=" in src.read_text()
+
+
+def test_shapehint_that_cannot_hint_every_layer_says_which_and_why(tmp_path: Path) -> None:
+    src = MODELS / "cunet" / "model.param"
+    out = tmp_path / "o.param"
+    proc = cli("shapehint", str(src), "--shape", "in0=4,44,44", "-o", str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert "1 of 19 layers" in proc.stderr and "'convrelu_0'" in proc.stderr, proc.stderr
+    assert "expects 3 input channels, got 4" in proc.stderr and not out.exists()
+    proc = cli("shapehint", str(src), "--shape", "in0=4,44,44", "-o", str(out), "--allow-partial")
+    assert proc.returncode == 0 and "on 1 of 19 layers" in proc.stdout, proc.stderr

@@ -66,12 +66,16 @@ def decode_hints(value: ParamValue, count: int) -> list[Shape | None]:
 # -- shape inference without weights or a GPU -----------------------------------------------------
 
 
-def infer_shapes(param: ParamFile, inputs: Mapping[str, Shape]) -> dict[str, Shape]:
+def infer_shapes(
+    param: ParamFile, inputs: Mapping[str, Shape], why: dict[str, str] | None = None
+) -> dict[str, Shape]:
     """Blob shapes from ``inputs`` (input blob name -> shape) by the CPU layers' shape rules.
 
     Input blobs not in ``inputs`` take their Input layer's own shape params, if any. A layer
-    whose input shapes are unknown, or whose shape rule refuses them, leaves its tops unknown.
+    whose input shapes are unknown, or whose shape rule refuses them, leaves its tops unknown;
+    ``why``, when given, gets the reason by layer name for each layer that refused.
     """
+    why = {} if why is None else why
     unknown = sorted(set(inputs) - set(param.input_names))
     if unknown:
         raise ValueError(
@@ -86,14 +90,17 @@ def infer_shapes(param: ParamFile, inputs: Mapping[str, Shape]) -> dict[str, Sha
             continue
         cls = layer_class(decl.type)
         if cls is None:
+            why[decl.name] = f"asyncvk has no layer type {decl.type!r}"
             continue
         layer = cls()
         layer.name = decl.name
         layer.bottoms, layer.tops = list(decl.bottoms), list(decl.tops)
+        in_shapes = [shapes[b] for b in decl.bottoms]
         try:
             layer.load_param(decl.params)
-            found = layer.output_shapes([shapes[b] for b in decl.bottoms])
-        except Exception:  # a layer without a shape rule for these inputs: tops stay unknown
+            found = layer.output_shapes(in_shapes)
+        except Exception as exc:  # no shape rule for these inputs: tops stay unknown
+            why[decl.name] = f"cannot take inputs of shape {in_shapes}: {exc}"
             continue
         for t, s in zip(decl.tops, found, strict=False):
             shapes[t] = tuple(int(x) for x in s)
