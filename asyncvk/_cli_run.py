@@ -88,17 +88,16 @@ async def _opened(args: argparse.Namespace, progress: Progress) -> AsyncIterator
 
 
 async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
-    import numpy as np
 
     from ._runner import cache_counters, default_output, load_npy, memory_peaks
 
     mark("imports_done")
     inputs = [load_npy(s) for s in args.input]
-    outputs = [s.partition("=") for s in args.output]
+    outputs = [(name, output_path(name, path)) for name, _, path in map(_split, args.output)]
     async with _opened(args, progress) as opened:
         report = opened.report
         net = opened.net
-        names = [name for name, _, _ in outputs] or [default_output(net)]
+        names = [name for name, _ in outputs] or [default_output(net)]
         t0 = time.perf_counter()
         ex = net.create_extractor()
         for name, array in inputs:
@@ -114,9 +113,12 @@ async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
         report["load_and_infer_s"] = (
             report["load_param_s"] + report["load_model_s"] + report["infer_s"]
         )
-        for name, _, path in outputs:
+        written = {}
+        for name, path in outputs:
             if path:
-                np.save(path, results[name])
+                _save_exactly(path, results[name])
+                written[name] = path
+        report["written"] = written
         mark("first_output_written")
         report.update(cache_counters(opened))
         report.update(memory_peaks(opened))
@@ -129,6 +131,42 @@ async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
             for k, v in results.items()
         }
     return report
+
+
+def _save_exactly(path: str, array: Any) -> None:
+    """An .npy at exactly ``path`` (``np.save`` given a name would add ``.npy`` to it)."""
+    import numpy as np
+
+    with open(path, "wb") as f:
+        np.save(f, array)
+
+
+def _split(spec: str) -> tuple[str, str, str]:
+    name, sep, path = spec.partition("=")
+    if not name or (sep and not path):
+        raise ValueError(f"--output {spec!r}: expected NAME or NAME=PATH")
+    return name, sep, path
+
+
+def output_path(name: str, path: str) -> str:
+    """Where ``--output NAME=PATH`` writes, checked before anything is loaded: exactly PATH,
+    or PATH/NAME.npy when PATH is a folder; an output that cannot be written is refused now,
+    not after the model ran. An empty PATH (``--output NAME``) writes nothing."""
+    import os
+
+    if not path:
+        return ""
+    target = os.path.join(path, f"{name}.npy") if os.path.isdir(path) else path
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--output {name}={path}: the folder {folder} does not exist")
+    if os.path.exists(target) and not os.path.isfile(target):
+        raise ValueError(f"--output {name}={path}: {target} exists and is not a regular file")
+    if not os.access(folder, os.W_OK) or (
+        os.path.exists(target) and not os.access(target, os.W_OK)
+    ):
+        raise ValueError(f"--output {name}={path}: {target} cannot be written (permission denied)")
+    return target
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -164,7 +202,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"peak memory   host RSS {rss / 2**20:.0f} MiB{dev}")
         for name, o in report["outputs"].items():
             mean = "empty" if o["mean"] is None else f"mean {o['mean']:.6g}"
-            print(f"output {name}: shape {o['shape']} {mean}")
+            where = report["written"].get(name)
+            saved = f", written to {where}" if where else ", not written (--output NAME=PATH)"
+            print(f"output {name}: shape {o['shape']} {mean}{saved}")
 
     print_report(args, report, text)
     return 0

@@ -50,3 +50,24 @@ def test_debug_is_taken_anywhere_on_the_line(where: str) -> None:
     proc = cli(*words[:at], "--debug", *words[at:], timeout=60)
     assert proc.returncode in (0, 1), proc.stderr  # 1: no device; never a usage error
     assert "unrecognized arguments" not in proc.stderr
+
+
+def test_output_writes_exactly_the_path_given(tmp_path: Path) -> None:
+    folder = tmp_path / "outs"
+    folder.mkdir()
+    exact = tmp_path / "y.txt"
+    proc = cli(*run_args(CUNET), "--output", f"out0={exact}")
+    assert proc.returncode == 0, proc.stderr
+    assert exact.is_file() and not (tmp_path / "y.txt.npy").exists()
+    assert f"written to {exact}" in proc.stdout
+    proc = cli(*run_args(CUNET), "--output", f"out0={folder}")
+    assert proc.returncode == 0 and (folder / "out0.npy").is_file(), proc.stderr
+    assert f"written to {folder / 'out0.npy'}" in proc.stdout
+    proc = cli(*run_args(CUNET), "--output", "out0")
+    assert proc.returncode == 0 and "not written" in proc.stdout, proc.stderr
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path) -> None:
+    proc = cli(*run_args(CUNET), "--output", f"out0={tmp_path / 'missing' / 'y.npy'}")
+    assert proc.returncode == 1 and "does not exist" in proc.stderr, proc.stderr
+    assert "first output" not in proc.stdout  # nothing ran
