@@ -61,6 +61,8 @@ class PipelineCache(PipelineRequests):
         return _persist.save_cache(self, path)
 
     async def save_cache_async(self, path: str | os.PathLike[str]) -> SaveResult:
+        """``save_cache(path)`` on a worker thread: the lock, merge and write never block the
+        event loop. Never raises for a file problem; the SaveResult says what happened."""
         return await _persist.save_cache_async(self, path)
 
     def autosave(self, path: str | os.PathLike[str], *, interval: float = 2.0) -> AutoSaver:
@@ -99,6 +101,8 @@ class PipelineCache(PipelineRequests):
             self.vk_cache = None
 
     async def aclose(self) -> None:
+        """``close()`` on a worker thread: waits for builds in flight, then releases every
+        pipeline and the driver's pipeline cache."""
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     async def __aenter__(self) -> PipelineCache:

@@ -30,6 +30,12 @@ class Extractor:
         self._generation = net.generation
         self._inputs: dict[int, np.ndarray] = {}
 
+    def __repr__(self) -> str:
+        graph = self.net.graph
+        names = [graph.blob_names[i] for i in self._inputs] if graph is not None else []
+        stale = "" if self._generation == self.net.generation else ", stale"
+        return f"<Extractor [inputs set: {', '.join(names) or 'none'}{stale}]>"
+
     def _graph(self) -> Graph:
         """The graph this extractor was made for; raises once the Net moved on."""
         net = self.net
@@ -69,6 +75,26 @@ class Extractor:
         return target
 
     async def extract(self, name: str) -> np.ndarray:
+        """Run what blob ``name`` needs and return it; the GPU is awaited off the event loop,
+        so many extractions of one Net run concurrently.
+
+        Arguments:
+            name (str): a blob of the model, usually one of ``net.output_names``.
+
+        Returns:
+            The blob as a float32 numpy array in ncnn's layout (CHW; no batch axis).
+
+        Raises:
+            InputError: no blob is called ``name``, an input was not set, or the inputs' shapes
+                are ones the model cannot take.
+            RuntimeError: the Net loaded another model or closed since this Extractor was made.
+
+        Example::
+
+            ex = net.create_extractor()
+            ex.input("in0", np.load("input.npy"))
+            scores = await ex.extract("out0")
+        """
         graph = self._graph()
         target = self._output_index(name)
         gpu_model = self.net.gpu_model

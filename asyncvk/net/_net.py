@@ -319,6 +319,21 @@ class Net:
     # -- execution -------------------------------------------------------------------------------
 
     def create_extractor(self) -> Extractor:
+        """A new Extractor for one inference of the loaded model (cheap: make one per request).
+
+        Returns:
+            An Extractor whose ``input`` sets blobs and whose ``await extract(name)`` runs the
+            layers that output needs.
+
+        Raises:
+            RuntimeError: ``load_model`` has not finished.
+
+        Example::
+
+            ex = net.create_extractor()
+            ex.input("in0", image)
+            out = await ex.extract("out0")
+        """
         if not self.loaded:
             raise RuntimeError("load_model must finish before create_extractor")
         return Extractor(self)
@@ -370,6 +385,20 @@ class Net:
                 await self._remote.aclose()
         await run_sync(self.close)
 
+    def __repr__(self) -> str:
+        if self._closed:
+            return "<Net [closed]>"
+        if self.graph is None:
+            return "<Net [no model]>"
+        where = "not loaded"
+        if self.loaded:
+            device = self.device.info.device_name if self.device is not None else "vulkan"
+            where = device if self.use_vulkan else "cpu (numpy)"
+        return (
+            f"<Net [{len(self.graph.nodes)} layers, inputs {', '.join(self.input_names)}, "
+            f"outputs {', '.join(self.output_names)} | {where}]>"
+        )
+
     async def __aenter__(self) -> Net:
         return self
 
@@ -385,26 +414,32 @@ class Net:
 
     @property
     def closed(self) -> bool:
+        """Whether ``aclose`` has run: a closed Net loads and runs nothing more."""
         return self._closed
 
     @property
     def input_names(self) -> list[str]:
+        """The blobs an Extractor must be given (the model's Input layers), in file order."""
         return list(self.graph.input_names) if self.graph else []
 
     @property
     def output_names(self) -> list[str]:
+        """The blobs no layer consumes: the model's outputs, in file order."""
         return list(self.graph.output_names) if self.graph else []
 
     @property
     def nodes(self) -> tuple[GraphNode, ...]:
+        """The parsed layers, in execution order (empty before ``load_param``)."""
         return self.graph.nodes if self.graph else ()
 
     @property
     def blob_names(self) -> tuple[str, ...]:
+        """Every blob's name, by blob index."""
         return self.graph.blob_names if self.graph else ()
 
     @property
     def blob_index(self) -> Mapping[str, int]:
+        """Blob name to blob index."""
         return self.graph.blob_index if self.graph else {}
 
     @property

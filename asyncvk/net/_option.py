@@ -52,6 +52,7 @@ class Option:
     remote_cache_key: str | bytes | None = field(default=None, repr=False)
 
     def shader_options(self) -> ShaderOptions:
+        """The fields that change generated code, as the shaders' option bits see them."""
         return ShaderOptions(
             use_fp16_storage=self.use_fp16_storage,
             use_fp16_arithmetic=self.use_fp16_arithmetic,
