@@ -128,15 +128,19 @@ async def test_idle_seconds_zero_releases_down_to_the_floor_as_plans_come_back()
 
 
 @pytest.mark.parametrize(
-    ("option", "needle"),
+    ("field", "value", "needle"),
     [
-        (Option(max_plans_per_shape=0), "max_plans_per_shape must be at least 1, got 0"),
-        (Option(idle_plans_per_shape=5), "idle_plans_per_shape must be from 0 to"),
-        (Option(plan_idle_seconds=-1), "plan_idle_seconds must be 0 or more, got -1"),
-        (Option(max_waiting_per_shape=-1), "max_waiting_per_shape must be 0 or more, got -1"),
+        ("max_plans_per_shape", 0, "max_plans_per_shape must be at least 1, got 0"),
+        ("idle_plans_per_shape", 5, "idle_plans_per_shape must be from 0 to"),
+        ("plan_idle_seconds", -1, "plan_idle_seconds must be 0 or more, got -1"),
+        ("max_waiting_per_shape", -1, "max_waiting_per_shape must be 0 or more, got -1"),
     ],
 )
-async def test_bad_pool_settings_are_refused_at_load(option: Option, needle: str) -> None:
+async def test_bad_pool_settings_are_refused_at_load(field: str, value: int, needle: str) -> None:
+    """Option refuses these when it is made (tests/test_option.py); one changed afterwards is
+    refused by the pool at load."""
+    option = Option()
+    setattr(option, field, value)
     async with Net(option) as net:
         await net.load_param(CUNET / "model.param")
         with pytest.raises(ValueError, match=needle):

@@ -31,6 +31,10 @@ class Option:
     ``max_waiting_per_shape``, one that finds that many waiting raises ``PlanQueueFull``). A plan
     idle for ``plan_idle_seconds`` is released, down to ``idle_plans_per_shape`` per shape, so
     the memory a burst took is given back.
+
+    Every field is checked when the Option is made: a wrong type raises TypeError, an
+    impossible value or combination (``cache_dir`` without ``graph_key``) ValueError, each
+    naming the field.
     """
 
     use_vulkan_compute: bool | None = None
@@ -51,9 +55,67 @@ class Option:
     #: a secret: not in the repr
     remote_cache_key: str | bytes | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise TypeError or ValueError, naming the field, for a setting that cannot work."""
+        for name in ("use_fp16_storage", "use_fp16_arithmetic", "use_shape_hints"):
+            _need(name, getattr(self, name), bool)
+        _need("use_vulkan_compute", self.use_vulkan_compute, bool, optional=True)
+        _at_least("vulkan_device", self.vulkan_device, 0, optional=True)
+        _at_least("num_compile_threads", self.num_compile_threads, 1, optional=True)
+        _at_least("max_plans_per_shape", self.max_plans_per_shape, 1)
+        _at_least("idle_plans_per_shape", self.idle_plans_per_shape, 0)
+        _at_least("max_waiting_per_shape", self.max_waiting_per_shape, 0, optional=True)
+        if self.idle_plans_per_shape > self.max_plans_per_shape:
+            raise ValueError(
+                f"Option.idle_plans_per_shape ({self.idle_plans_per_shape}) is more than "
+                f"max_plans_per_shape ({self.max_plans_per_shape})"
+            )
+        for name in ("plan_idle_seconds", "autosave_interval"):
+            value = getattr(self, name)
+            _need(name, value, (int, float))
+            if not value >= 0:
+                raise ValueError(f"Option.{name} must be 0 or more seconds, got {value!r}")
+        _need("cache_dir", self.cache_dir, (str, Path), optional=True)
+        _need("graph_key", self.graph_key, str, optional=True)
+        if (self.cache_dir is None) != (self.graph_key is None):
+            given = "cache_dir" if self.graph_key is None else "graph_key"
+            raise ValueError(
+                f"Option.{given} needs the other: a cache folder is named by cache_dir and "
+                "graph_key together (as --cache-dir and --graph-key)"
+            )
+        _need("remote_cache", self.remote_cache, str, optional=True)
+        _need("remote_cache_key", self.remote_cache_key, (str, bytes), optional=True)
+        cache = self.pipeline_cache
+        if cache is not None and not callable(getattr(cache, "request_many", None)):
+            raise TypeError(
+                f"Option.pipeline_cache must be a PipelineCache, got {type(cache).__name__}"
+            )
+
     def shader_options(self) -> ShaderOptions:
         """The fields that change generated code, as the shaders' option bits see them."""
         return ShaderOptions(
             use_fp16_storage=self.use_fp16_storage,
             use_fp16_arithmetic=self.use_fp16_arithmetic,
         )
+
+
+def _need(
+    name: str, value: object, kind: type | tuple[type, ...], *, optional: bool = False
+) -> None:
+    if value is None and optional:
+        return
+    if (isinstance(value, bool) and kind in (int, float, (int, float))) or not isinstance(
+        value, kind
+    ):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wanted = " or ".join(k.__name__ for k in kinds) + (" or None" if optional else "")
+        raise TypeError(f"Option.{name} must be {wanted}, got {value!r}")
+
+
+def _at_least(name: str, value: object, least: int, *, optional: bool = False) -> None:
+    _need(name, value, int, optional=optional)
+    if isinstance(value, int) and value < least:
+        raise ValueError(f"Option.{name} must be at least {least}, got {value}")

@@ -1,0 +1,48 @@
+"""Option checks its fields when it is made: a wrong type or an impossible combination raises
+at once, naming the field, instead of doing nothing or failing later inside a load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_runner import cli
+
+from asyncvk import Option
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "says"),
+    [
+        ({"use_fp16_storage": "yes"}, TypeError, "Option.use_fp16_storage must be bool"),
+        ({"use_vulkan_compute": 1}, TypeError, "Option.use_vulkan_compute must be bool or None"),
+        ({"vulkan_device": -1}, ValueError, "Option.vulkan_device must be at least 0"),
+        ({"vulkan_device": "0"}, TypeError, "Option.vulkan_device must be int or None"),
+        ({"num_compile_threads": 0}, ValueError, "Option.num_compile_threads must be at least 1"),
+        ({"max_plans_per_shape": True}, TypeError, "Option.max_plans_per_shape must be int"),
+        ({"max_plans_per_shape": 2, "idle_plans_per_shape": 3}, ValueError, "is more than"),
+        ({"plan_idle_seconds": -1}, ValueError, "Option.plan_idle_seconds must be 0 or more"),
+        ({"cache_dir": "/tmp/cache"}, ValueError, "Option.cache_dir needs the other"),
+        ({"graph_key": "model"}, ValueError, "Option.graph_key needs the other"),
+        ({"pipeline_cache": "cache.vkcache"}, TypeError, "must be a PipelineCache"),
+        ({"remote_cache_key": 42}, TypeError, "Option.remote_cache_key must be str or bytes"),
+    ],
+)
+def test_a_setting_that_cannot_work_is_refused_when_made(
+    fields: dict[str, Any], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        Option(**fields)
+
+
+def test_settings_that_work_are_kept() -> None:
+    opt = Option(cache_dir=Path("/tmp/c"), graph_key="m", use_fp16_storage=True, vulkan_device=0)
+    assert opt.graph_key == "m" and opt.use_fp16_storage and opt.vulkan_device == 0
+    assert Option(plan_idle_seconds=0, autosave_interval=0.5).plan_idle_seconds == 0
+
+
+def test_the_cli_refuses_a_cache_folder_without_a_key_the_same_way(tmp_path: Path) -> None:
+    models = Path(__file__).parent / "models" / "cunet"
+    proc = cli("run", str(models / "model.param"), str(models / "model.bin"), "--cache-dir", "x")
+    assert proc.returncode == 1 and "--cache-dir and --graph-key go together" in proc.stderr
