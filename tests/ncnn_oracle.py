@@ -119,7 +119,7 @@ async def asyncvk_forward(
         for name in outputs:
             ex = net.create_extractor()
             for in_name, array in inputs.items():
-                ex.input(in_name, array)
+                ex.input(in_name, array, batch_axis=False)  # ncnn blobs: no batch axis
             result[name] = await ex.extract(name)
         return result, cpu_layer_types(net) if gpu else set()
 

@@ -15,6 +15,7 @@ from asyncvk.net._modelbin import ModelBinReader
 from asyncvk.net._net import Net
 from asyncvk.net._option import Option
 from asyncvk.net._param_parser import parse_param
+from asyncvk.net._plan import PlanRequest
 
 CUNET = Path(__file__).parent / "models" / "cunet"
 #: Handles the device keeps for itself after a model is gone: allocator blocks and spare fences.
@@ -35,9 +36,9 @@ async def _load(cache: PipelineCache) -> GpuModel:
 
 async def _run(model: GpuModel, x: np.ndarray) -> np.ndarray:
     index = model.graph.blob_index
-    plan = await model.plans.acquire({index["in0"]: x.shape}, index["out0"])
+    plan = await model.plans.acquire(PlanRequest.of({index["in0"]: x.shape}, [index["out0"]]))
     try:
-        return await plan.run({index["in0"]: x})
+        return (await plan.run({index["in0"]: x[np.newaxis]}))[index["out0"]][0]
     finally:
         await model.plans.give_back(plan)
 

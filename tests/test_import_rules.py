@@ -150,7 +150,7 @@ def _net_modules_reached(start: str) -> set[str]:
 
 
 def test_a_plan_never_sees_the_net() -> None:
-    """Plan(graph, gpu_model, shapes, target) is made from the parsed graph and what one load
+    """Plan(graph, gpu_model, request) is made from the parsed graph and what one load
     holds on a device: it neither imports the Net's module, nor takes, names or
     reads a Net (``plan.net.device`` was how it found its device)."""
     from asyncvk.net._plan import Plan
@@ -162,5 +162,5 @@ def test_a_plan_never_sees_the_net() -> None:
     names |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
     assert not names & {"net", "Net", "_net"}, names & {"net", "Net", "_net"}
     params = inspect.signature(Plan).parameters
-    assert list(params) == ["graph", "gpu_model", "input_shapes", "target"]
+    assert list(params) == ["graph", "gpu_model", "request"]
     assert not [p for p in params.values() if "Net" in str(p.annotation)]

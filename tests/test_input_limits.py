@@ -23,7 +23,7 @@ from asyncvk._input_limits import (
     format_bytes,
     load_npy_file,
 )
-from asyncvk.net._plan import Plan
+from asyncvk.net._plan import Plan, PlanRequest
 
 M = Path(__file__).parent / "models" / "cunet"
 MODEL = (str(M / "model.param"), str(M / "model.bin"))
@@ -153,9 +153,8 @@ def test_a_plan_larger_than_the_host_has_is_refused_before_allocating(
                 pytest.skip("the device has memory of its own: its heap is the limit")
             before = net.device.allocator.stats()
             with pytest.raises(InputTooLargeError) as caught:
-                Plan(
-                    net.graph, net.gpu_model, {net.blob_index["in0"]: shape}, net.blob_index["out0"]
-                )
+                request = PlanRequest.of({net.blob_index["in0"]: shape}, [net.blob_index["out0"]])
+                Plan(net.graph, net.gpu_model, request)
             assert net.device.allocator.stats() == before  # nothing was allocated
             assert re.fullmatch(
                 r"inputs \{'in0': \(3, 800, 800\)\} need 19\d MiB of blobs at once, over the "

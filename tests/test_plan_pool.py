@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from asyncvk import Net, Option
+from asyncvk.net._plan import PlanRequest
 from asyncvk.net._plan_pool import PlanPool, PlanQueueFull
 
 CUNET = Path(__file__).parent / "models" / "cunet"
@@ -69,15 +70,15 @@ async def test_waiters_get_plans_in_arrival_order_and_a_full_queue_refuses() -> 
     async with await _net(Option(max_plans_per_shape=1, max_waiting_per_shape=3)) as net:
         pool = _pool(net)
         index = net.blob_index
-        shapes, target = {index["in0"]: x.shape}, index["out0"]
-        held = await pool.acquire(shapes, target)
+        request = PlanRequest.of({index["in0"]: x.shape}, [index["out0"]])
+        held = await pool.acquire(request)
         order: list[str] = []
 
         async def use(name: str) -> np.ndarray:
-            plan = await pool.acquire(shapes, target)
+            plan = await pool.acquire(request)
             order.append(name)
             try:
-                return await plan.run({index["in0"]: x})
+                return (await plan.run({index["in0"]: x[np.newaxis]}))[index["out0"]][0]
             finally:
                 await pool.give_back(plan)
 
@@ -85,7 +86,7 @@ async def test_waiters_get_plans_in_arrival_order_and_a_full_queue_refuses() -> 
         await _all_parked()
         assert pool.statistics().waiting == 3
         with pytest.raises(PlanQueueFull, match=r"1 plans for inputs .* 3 extractions already"):
-            await pool.acquire(shapes, target)
+            await pool.acquire(request)
         tasks[1].cancel()  # a waiter that leaves takes nothing with it
         await _all_parked()
         assert pool.statistics().waiting == 2

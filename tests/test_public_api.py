@@ -52,8 +52,12 @@ async def test_reprs_say_what_they_hold() -> None:
     await net.load_model(model / "model.bin")
     assert repr(net) == "<Net [19 layers, inputs in0, outputs out0 | cpu (numpy)]>"
     ex = net.create_extractor()
-    assert repr(ex) == "<Extractor [inputs set: none]>"
+    assert repr(ex) == "<Extractor [inputs set: none, 0 blobs computed]>"
     ex.input("in0", np.zeros((3, 44, 44), np.float32))
-    assert repr(ex) == "<Extractor [inputs set: in0]>"
+    assert repr(ex) == "<Extractor [inputs set: in0, 0 blobs computed]>"
+    await ex.extract("out0")
+    assert repr(ex) == "<Extractor [inputs set: in0, 1 blobs computed]>"
+    ex.input("in0", np.zeros((2, 3, 44, 44), np.float32))
+    assert repr(ex) == "<Extractor [inputs set: in0, batch of 2, 0 blobs computed]>"
     await net.aclose()
     assert repr(net) == "<Net [closed]>"

@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestServer
 
 from asyncvk import Option
 from asyncvk._server import NET_KEY, STATE_KEY, create_app
+from asyncvk.net._plan import PlanRequest
 
 CUNET = Path(__file__).parent / "models" / "cunet"
 TIMEOUT = aiohttp.ClientTimeout(total=60)
@@ -74,7 +75,7 @@ async def test_requests_past_the_queue_are_503_and_the_rest_wait_their_turn(
     pool = net.gpu_model.plans
     x = np.load(CUNET / "input.npy")
     index = net.blob_index
-    held = await pool.acquire({index["in0"]: x.shape}, index["out0"])  # the one plan: taken
+    held = await pool.acquire(PlanRequest.of({index["in0"]: x.shape}, [index["out0"]]))  # taken
 
     async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
 

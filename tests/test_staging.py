@@ -48,7 +48,10 @@ async def _run(param: Path, option: Option) -> tuple[np.ndarray, list[dict[str, 
         ex.input("in0", np.load(MODEL / "input.npy"))
         y = await ex.extract("out0")
         staging = [
-            {"staged_uploads": len(plan._staging), "readbacks": len(plan._readback)}
+            {
+                "staged_uploads": sum(map(len, plan._staging)),
+                "readbacks": sum(map(len, plan._readback)),
+            }
             for plans in net._plans.values()
             for plan in plans
         ]

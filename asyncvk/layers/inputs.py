@@ -55,6 +55,11 @@ class Input(_Sized):
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(inputs[0], np.float32)]
 
+    @property
+    def declared_shape(self) -> tuple[int, ...] | None:
+        """The blob's shape as the ``.param`` declares it (None: it declares none)."""
+        return _shape_from(self.w, self.h, self.d, self.c) if self.w > 0 else None
+
 
 @register_layer("MemoryData")
 class MemoryData(_Sized):

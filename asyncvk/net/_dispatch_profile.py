@@ -17,7 +17,7 @@ a little slower than plain ones, which is why ``benchmarks/dispatch_profile.py``
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +29,8 @@ from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer
 from ..gpu._timestamps import TimestampQueries
 from ._extractor import Extractor
-from ._plan import Plan, Shape, _Segment
+from ._plan import Plan, PlanRequest, _Segment
 from ._plan_context import PlanContext
-from ._plan_pool import PlanKey, plan_key
 
 if TYPE_CHECKING:
     from ..gpu._pipeline import PipelineArtifact
@@ -139,14 +138,12 @@ class ProfiledPlan(Plan):
     #: timestamps then hold its own work, not an overlapping neighbour's
     barriers_on_hazards = False
 
-    def __init__(
-        self, graph: Graph, gpu_model: GpuModel, input_shapes: dict[int, Shape], target: int
-    ) -> None:
+    def __init__(self, graph: Graph, gpu_model: GpuModel, request: PlanRequest) -> None:
         self._segment_stamps: list[_SegmentStamps] = []
         self._recording: _SegmentStamps | None = None
         #: The last run's timings (None before the first run).
         self.profile: DispatchProfile | None = None
-        super().__init__(graph, gpu_model, input_shapes, target)
+        super().__init__(graph, gpu_model, request)
 
     def _record(self, segment: _Segment, host_visible: bool) -> CommandRecorder:
         stamps = _SegmentStamps(TimestampQueries(self.device))
@@ -169,7 +166,7 @@ class ProfiledPlan(Plan):
         assert self._recording is not None
         return _TimedContext(self, node, recorder, self._recording)
 
-    async def run(self, inputs: dict[int, np.ndarray]) -> np.ndarray:
+    async def run(self, inputs: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         out = await super().run(inputs)
         self.profile = self._read_profile()  # every segment's fence has signalled
         return out
@@ -213,11 +210,13 @@ class ProfilingExtractor(Extractor):
 
     def __init__(self, net: Net) -> None:
         super().__init__(net)
-        self._plans: dict[PlanKey, ProfiledPlan] = {}
+        self._plans: dict[PlanRequest, ProfiledPlan] = {}
         #: The last extraction's timings.
         self.profile: DispatchProfile | None = None
 
     async def extract(self, name: str) -> np.ndarray:
+        """Run what blob ``name`` needs, timing every dispatch (:attr:`profile`), and return
+        it; nothing is kept from one extraction to the next, so each one is timed whole."""
         graph = self._graph()
         target = self._output_index(name)
         gpu_model = self.net.gpu_model
@@ -228,16 +227,16 @@ class ProfilingExtractor(Extractor):
             )
         gpu_model.enter()
         try:
-            shapes = {b: tuple(a.shape) for b, a in self._inputs.items()}
-            key = plan_key(shapes, target)
+            shapes = {b: a.shape[1:] for b, a in self._inputs.items()}
+            key = PlanRequest.of(shapes, [target], self.batch)
             plan = self._plans.get(key)
             if plan is None:
                 await gpu_model.settled()  # profile what the model settles on
-                plan = await run_sync(ProfiledPlan, graph, gpu_model, shapes, target)
+                plan = await run_sync(ProfiledPlan, graph, gpu_model, key)
                 self._plans[key] = plan
             out = await plan.run(self._inputs)
             self.profile = plan.profile
-            return out
+            return self._unbatched(out[target])
         finally:
             gpu_model.leave()
 

@@ -1,22 +1,39 @@
-"""Extractor: one inference's inputs; ``await extract(name)`` runs what that output needs."""
+"""Extractor: one inference's inputs, and the blobs its forwards computed.
+
+``await extract(name)`` runs what that blob needs and keeps what the forward computed that a
+later extraction could want (see ``_forward``), so extracting a model's outputs one by one
+costs one forward, as in ncnn. An input with one more leading axis than the model's blob is a
+batch: the items run in one plan, one submission (see ``_plan``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .._errors import InputError
 from .._threads import run_sync
+from ._forward import Forward, plan_forward
 from ._graph import Graph
-from ._plan import needed_nodes, run_cpu_layer
+from ._plan import PlanRequest, run_cpu_layer
 
 if TYPE_CHECKING:  # a Net makes extractors
     from ._net import Net
 
+#: The most dims an item may have (ncnn's Mat: w, h, d, c).
+MAX_ITEM_DIMS = 4
+
 
 class Extractor:
     """One inference's inputs; ``await extract(name)`` runs what that output needs.
+
+    The blobs a forward computes are kept: extracting a second output that the first forward
+    already produced runs nothing, and one that shares layers with it runs only the layers it
+    does not share. Arrays returned are the extractor's own: copy one before changing it if
+    you extract more from the same extractor. Setting an input again forgets what was computed.
 
     An extractor belongs to the model that was loaded when it was made. Once the Net loads
     another (``load_param``/``load_model``) or closes, its ``input`` and ``extract`` raise
@@ -28,13 +45,32 @@ class Extractor:
     def __init__(self, net: Net) -> None:
         self.net = net
         self._generation = net.generation
+        #: blob -> array with a leading item axis (of 1 when the inputs have no batch axis)
         self._inputs: dict[int, np.ndarray] = {}
+        #: blob -> whether the caller gave it a batch axis
+        self._batched: dict[int, bool] = {}
+        #: what forwards computed, the same way
+        self._kept: dict[int, np.ndarray] = {}
 
     def __repr__(self) -> str:
         graph = self.net.graph
         names = [graph.blob_names[i] for i in self._inputs] if graph is not None else []
         stale = "" if self._generation == self.net.generation else ", stale"
-        return f"<Extractor [inputs set: {', '.join(names) or 'none'}{stale}]>"
+        batch = f", batch of {self.batch}" if self.batched else ""
+        return (
+            f"<Extractor [inputs set: {', '.join(names) or 'none'}{batch}, "
+            f"{len(self._kept)} blobs computed{stale}]>"
+        )
+
+    @property
+    def batched(self) -> bool:
+        """Whether the inputs have a batch axis (outputs then have it too)."""
+        return any(self._batched.values())
+
+    @property
+    def batch(self) -> int:
+        """Items per input: the batch axis's length, or 1 without one."""
+        return next(iter(self._inputs.values())).shape[0] if self._inputs else 1
 
     def _graph(self) -> Graph:
         """The graph this extractor was made for; raises once the Net moved on."""
@@ -48,23 +84,65 @@ class Extractor:
             )
         return net.graph
 
-    def input(self, name: str, array: np.ndarray) -> None:
-        """Set an input blob: CHW (or any ncnn layout), or NCHW with N == 1."""
+    def input(self, name: str, array: ArrayLike, *, batch_axis: bool | None = None) -> None:
+        """Set an input blob (any blob may be set, as in ncnn).
+
+        Arguments:
+            name (str): the blob, usually one of ``net.input_names``.
+            array: real numbers (converted to float32) in ncnn's layout: CHW for images, no
+                batch axis. One more leading axis than the model's blob makes it a batch of
+                that many items (NCHW for a CHW input): every output then has that axis too,
+                and all inputs must have the same number of items.
+            batch_axis (bool | None): whether the first axis is the batch axis; None (the
+                default) decides by the blob's shape in the ``.param`` (its ``Input`` layer),
+                and where the ``.param`` gives none, takes 4 and 5 dims as a batch of 3- and
+                4-dim items.
+
+        Raises:
+            InputError: no blob is called ``name``, the dtype is not a real number type, the
+                item has more than 4 dims, or the batch differs from the other inputs'.
+        """
         graph = self._graph()
         index = graph.blob_index.get(name)
         if index is None:
             raise InputError(f"no blob named {name!r} (inputs: {list(graph.input_names)})")
-        kind = np.asarray(array).dtype.kind
-        if kind not in "fiu":  # real numbers become float32; bool, complex, text do not
-            raise InputError(
-                f"input {name!r}: dtype {np.asarray(array).dtype} is not a real number type"
-            )
+        dtype = np.asarray(array).dtype
+        if dtype.kind not in "fiu":  # real numbers become float32; bool, complex, text do not
+            raise InputError(f"input {name!r}: dtype {dtype} is not a real number type")
         data = np.asarray(array, dtype=np.float32)
-        if data.ndim == 4 and data.shape[0] == 1:
-            data = data[0]
-        if data.ndim not in (1, 2, 3, 4):
-            raise InputError(f"input {name!r} must have 1 to 4 dims, got shape {data.shape}")
-        self._inputs[index] = np.ascontiguousarray(data)
+        batched = _has_batch_axis(graph, index, data.ndim) if batch_axis is None else batch_axis
+        item_dims = data.ndim - batched
+        if not 1 <= item_dims <= MAX_ITEM_DIMS:
+            what = "items of a batch" if batched else "inputs"
+            raise InputError(
+                f"input {name!r}: {what} must have 1 to {MAX_ITEM_DIMS} dims, got shape "
+                f"{data.shape}{' (batch axis first)' if batched else ''}"
+            )
+        if batched and data.shape[0] == 0:
+            raise InputError(f"input {name!r}: a batch of 0 items (shape {data.shape})")
+        self._check_same_batch(graph, index, name, batched, data)
+        self._inputs[index] = np.ascontiguousarray(data if batched else data[np.newaxis])
+        self._batched[index] = batched
+        self._kept.clear()
+
+    def _check_same_batch(
+        self, graph: Graph, index: int, name: str, batched: bool, data: np.ndarray
+    ) -> None:
+        """InputError when another input's batch (or its lack of one) differs."""
+        items = data.shape[0] if batched else 1
+        for other, array in self._inputs.items():
+            if other == index:
+                continue
+            if self._batched[other] != batched or array.shape[0] != items:
+
+                def say(b: bool, shape: tuple[int, ...]) -> str:
+                    return f"a batch of {shape[0]}" if b else "no batch axis"
+
+                raise InputError(
+                    f"input {name!r} has {say(batched, data.shape)} (shape {data.shape}) but "
+                    f"input {graph.blob_names[other]!r} has "
+                    f"{say(self._batched[other], array.shape)}: every input needs the same"
+                )
 
     def _output_index(self, name: str) -> int:
         """The blob ``name`` names, as an output to extract (InputError naming the outputs)."""
@@ -82,7 +160,8 @@ class Extractor:
             name (str): a blob of the model, usually one of ``net.output_names``.
 
         Returns:
-            The blob as a float32 numpy array in ncnn's layout (CHW; no batch axis).
+            The blob as a float32 numpy array in ncnn's layout (CHW), with the batch axis first
+            when the inputs have one.
 
         Raises:
             InputError: no blob is called ``name``, an input was not set, or the inputs' shapes
@@ -95,32 +174,76 @@ class Extractor:
             ex.input("in0", np.load("input.npy"))
             scores = await ex.extract("out0")
         """
+        return (await self.extract_many([name]))[name]
+
+    async def extract_many(self, names: Iterable[str]) -> dict[str, np.ndarray]:
+        """Every blob of ``names`` from one forward (the ones an earlier forward of this
+        extractor computed, from none); raises as :meth:`extract` does.
+
+        Example::
+
+            outputs = await ex.extract_many(net.output_names)
+        """
+        wanted = {name: self._output_index(name) for name in names}
+        missing = [t for t in wanted.values() if t not in self._kept and t not in self._inputs]
+        if missing:
+            self._kept.update(await self._run(missing))
+        held = {**self._inputs, **self._kept}
+        return {name: self._unbatched(held[t]) for name, t in wanted.items()}
+
+    def _unbatched(self, array: np.ndarray) -> np.ndarray:
+        return array if self.batched else array[0]
+
+    async def _run(self, wanted: list[int]) -> dict[int, np.ndarray]:
+        """One forward for ``wanted`` from the inputs and what was kept: the blobs it hands
+        back (see ``_forward``), each with the item axis."""
         graph = self._graph()
-        target = self._output_index(name)
+        held = {**self._inputs, **self._kept}
+        forward = plan_forward(graph, held.keys(), wanted)
+        reads = {b: held[b] for b in forward.reads}
+        items = self.batch
         gpu_model = self.net.gpu_model
         if gpu_model is None:
-            return await _run_on_cpu(graph, self._inputs, target)
+            return await _run_on_cpu(forward, reads, items)
         gpu_model.enter()  # a reload waits for this extraction before freeing the model
         try:
-            shapes = {b: tuple(a.shape) for b, a in self._inputs.items()}
-            plan = await gpu_model.plans.acquire(shapes, target)
+            shapes = {b: a.shape[1:] for b, a in reads.items()}
+            request = PlanRequest.of(shapes, forward.kept, items)
+            plan = await gpu_model.plans.acquire(request)
             try:
-                return await plan.run(self._inputs)
+                return await plan.run(reads)
             finally:
                 await gpu_model.plans.give_back(plan)
         finally:
             gpu_model.leave()
 
 
-async def _run_on_cpu(graph: Graph, inputs: dict[int, np.ndarray], target: int) -> np.ndarray:
-    """Every layer ``target`` needs, by its numpy forward, on a worker thread."""
+def _has_batch_axis(graph: Graph, blob: int, ndim: int) -> bool:
+    """Whether an array of ``ndim`` dims for ``blob`` has a batch axis: one dim more than the
+    ``Input`` layer declares, or, where none declares a shape, 4 or 5 dims."""
+    producer = graph.producer.get(blob)
+    declared = None
+    if producer is not None:
+        declared = getattr(graph.nodes[producer].layer, "declared_shape", None)
+    if declared is not None:
+        return ndim == len(declared) + 1
+    return ndim > MAX_ITEM_DIMS - 1
 
-    def run() -> np.ndarray:
-        host = dict(inputs)
-        for node in needed_nodes(graph, set(host), target):
-            outs = run_cpu_layer(node, [host[b] for b in node.bottoms])
-            for t, value in zip(node.tops, outs, strict=True):
-                host[t] = value
-        return np.asarray(host[target], dtype=np.float32)
+
+async def _run_on_cpu(
+    forward: Forward, reads: dict[int, np.ndarray], items: int
+) -> dict[int, np.ndarray]:
+    """The forward's layers by their numpy forward, item by item, on a worker thread."""
+
+    def run() -> dict[int, np.ndarray]:
+        hosts = [{b: a[i] for b, a in reads.items()} for i in range(items)]
+        for node in forward.nodes:
+            for host in hosts:
+                outs = run_cpu_layer(node, [host[b] for b in node.bottoms])
+                for t, value in zip(node.tops, outs, strict=True):
+                    host[t] = value
+        return {
+            t: np.stack([np.asarray(h[t], dtype=np.float32) for h in hosts]) for t in forward.kept
+        }
 
     return await run_sync(run)

@@ -33,7 +33,7 @@ from ..layers._gpu_api import GpuTarget
 from ..layers._gpu_layer import GpuLayer, bind_gpu
 from ._graph import Graph, GraphNode
 from ._option import Option
-from ._plan import Plan, Shape
+from ._plan import Plan, PlanRequest
 from ._plan_pool import PlanPool
 from ._shape_hints import shape_baked_specs
 
@@ -331,8 +331,8 @@ class GpuModel:
                     return
                 bound.weights[name] = buffer
 
-    def _make_plan(self, shapes: dict[int, Shape], target: int) -> Plan:
-        return Plan(self.graph, self, shapes, target)
+    def _make_plan(self, request: PlanRequest) -> Plan:
+        return Plan(self.graph, self, request)
 
     # -- use and release ---------------------------------------------------------------------
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from .._errors import ModelFormatError
 from ..layers._base import Layer
@@ -48,6 +49,8 @@ class Graph:
     producer: Mapping[int, int]
     #: Whether ``load_weights`` has read a ``.bin`` into these layers.
     weights_loaded: bool = False
+    #: What :func:`~asyncvk.net._forward.plan_forward` worked out, by given and wanted blobs.
+    forwards: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def source(self) -> str:

@@ -11,9 +11,12 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from .._errors import ModelFormatError
 from .._threads import run_sync
@@ -31,8 +34,7 @@ from ._graph import Graph, GraphNode, build_graph, load_weights
 from ._modelbin import ModelBinReader
 from ._option import Option
 from ._param_parser import parse_param
-from ._plan import Plan
-from ._plan_pool import PlanKey
+from ._plan import Plan, PlanRequest
 
 if TYPE_CHECKING:
     from ..cache._remote_tier import RemoteTier
@@ -338,6 +340,39 @@ class Net:
             raise RuntimeError("load_model must finish before create_extractor")
         return Extractor(self)
 
+    async def run(
+        self, inputs: Mapping[str, ArrayLike], outputs: Iterable[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run the model once on ``inputs`` and return its outputs, all from one forward
+        (onnxruntime's ``session.run(None, feed)``).
+
+        Arguments:
+            inputs: blob name -> array, one per input of the model (``input_names``). An array
+                with one more leading axis than the model's blob is a batch (see
+                :meth:`Extractor.input`).
+            outputs: the blobs to return; None (the default) returns every output of the
+                model (``output_names``: the blobs no layer consumes).
+
+        Returns:
+            Blob name -> float32 array, in the order asked for; with the batch axis first when
+            the inputs have one.
+
+        Raises:
+            InputError: a name that is no blob, a missing input, or an input the model cannot
+                take (its name, expected and given shapes in the message).
+            RuntimeError: ``load_model`` has not finished.
+
+        Example::
+
+            outputs = await net.run({"in0": image})
+            boxes, scores = outputs["boxes"], outputs["scores"]
+        """
+        ex = self.create_extractor()
+        for name, array in inputs.items():
+            ex.input(name, array)
+        names = self.output_names if outputs is None else list(outputs)
+        return await ex.extract_many(names)
+
     async def _retire_model(self) -> None:
         """Stop serving the current model: its extractions finish, then its device state goes."""
         self._generation += 1
@@ -449,8 +484,8 @@ class Net:
         return self._commands_before + current
 
     @property
-    def _plans(self) -> dict[PlanKey, list[Plan]]:
-        """The current model's plans by (target, input shapes), for tests and benchmarks."""
+    def _plans(self) -> dict[PlanRequest, list[Plan]]:
+        """The current model's plans by request, for tests and benchmarks."""
         return self.gpu_model.plans.plans if self.gpu_model else {}
 
 

@@ -1,19 +1,25 @@
-"""Plan: one input shape's execution, worked out once and replayed (MNN's ``resize``).
+"""Plan: one request's execution, worked out once and replayed (MNN's ``resize``).
 
-Planning does shape inference over the layers the requested output needs, places each layer on
+Planning does shape inference over the layers the requested blobs need, places each layer on
 the GPU or its CPU reference, gives every GPU blob an offset in one arena by liveness (a blob's
 bytes return to the arena after its last reader), and records one command buffer per run of
 consecutive GPU layers. Running a plan only copies inputs in, submits, and copies outputs out.
 
+A batch of N items is one plan: the arena holds N copies of one item's blobs, and each layer is
+recorded N times in a row, one per item, into the same command buffer. The items touch
+disjoint memory, so their dispatches of one layer need no barrier between them and the GPU
+runs them side by side; one submission serves all N.
+
 A plan is used by one extraction at a time (its arena holds that inference's blobs); its
-GpuModel keeps a small pool per shape for concurrent extractions. A plan sees the graph and the
-GpuModel it records with, never the Net.
+GpuModel keeps a small pool per request for concurrent extractions. A plan sees the graph and
+the GpuModel it records with, never the Net.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,6 +31,7 @@ from .._threads import run_sync
 from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer, MemoryKind
 from ..layers._gpu_api import GpuBlob
+from ._forward import needed_nodes
 from ._graph import Graph, GraphNode
 from ._plan_context import PlanContext
 from ._plan_memory import assign_offsets, live_ranges
@@ -33,6 +40,26 @@ if TYPE_CHECKING:  # a GpuModel makes plans: at run time this module needs only 
     from ._gpu_model import BoundNode, GpuModel
 
 Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a plan is made for, and the key its pool keeps it under: one item's shape of each
+    blob the host writes, the blobs the host reads back, and how many items run at once."""
+
+    inputs: tuple[tuple[int, Shape], ...]
+    targets: tuple[int, ...]
+    batch: int = 1
+
+    @classmethod
+    def of(cls, shapes: Mapping[int, Shape], targets: Iterable[int], batch: int = 1) -> PlanRequest:
+        """The request for ``shapes`` (blob -> one item's shape) and ``targets``."""
+        inputs = tuple(sorted((b, tuple(map(int, s))) for b, s in shapes.items()))
+        return cls(inputs, tuple(sorted(set(targets))), batch)
+
+    @property
+    def input_shapes(self) -> dict[int, Shape]:
+        return dict(self.inputs)
 
 
 @dataclass
@@ -63,10 +90,11 @@ class _CpuStep:
     #: Whether its last run was on the event loop's thread.
     inline: bool = False
 
-    def choose_inline(self) -> bool:
-        """Whether the next run goes on the event loop's thread (see INLINE_CPU_MAX_S)."""
+    def choose_inline(self, items: int = 1) -> bool:
+        """Whether the next run, of ``items`` items, goes on the event loop's thread (see
+        INLINE_CPU_MAX_S)."""
         limit = 2 * INLINE_CPU_MAX_S if self.inline else INLINE_CPU_MAX_S
-        self.inline = self.last_run_s is not None and self.last_run_s <= limit
+        self.inline = self.last_run_s is not None and self.last_run_s * items <= limit
         return self.inline
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -77,7 +105,7 @@ class _CpuStep:
 
 
 class Plan:
-    """Everything needed to run the graph for one set of input shapes and one output.
+    """Everything needed to run the graph for one :class:`PlanRequest`.
 
     ``gpu_model`` is what ``graph`` was loaded as on a device: its layers' pipelines and
     weights, the device, the storage type; recording counts on it."""
@@ -87,28 +115,30 @@ class Plan:
     #: barrier after every layer. A profiling plan keeps the barriers, to time each layer alone.
     barriers_on_hazards = True
 
-    def __init__(
-        self, graph: Graph, gpu_model: GpuModel, input_shapes: dict[int, Shape], target: int
-    ) -> None:
+    def __init__(self, graph: Graph, gpu_model: GpuModel, request: PlanRequest) -> None:
         self.graph = graph
         self.gpu_model = gpu_model
         self.device = gpu_model.device
-        self.target = target
+        self.request = request
+        self.targets = request.targets
+        self.batch = request.batch
         #: the model's pipelines_version when recorded (``PlanPool`` drops older plans); read
         #: before recording, so one adopted meanwhile is not counted in
         self.pipelines_version = gpu_model.pipelines_version
-        self.input_shapes = dict(input_shapes)
+        self.input_shapes = request.input_shapes
         self.owned: list[Buffer] = []
         #: Dispatches recorded with a shape-baked pipeline (``Option.use_shape_hints``).
         self.baked_dispatches = 0
         self.arena: Buffer | None = None
+        #: one item's blob bytes at their peak (the arena holds ``batch`` of them)
         self.peak_bytes = 0
         self.sum_blob_bytes = 0
         self.steps: list[_Segment | _CpuStep] = []
         self.shapes: dict[int, Shape] = {}
-        self._views: dict[int, Buffer] = {}
-        self._staging: dict[int, Buffer] = {}
-        self._readback: dict[int, Buffer] = {}
+        #: per item: storage blob -> its bytes in the arena, host staging, host readback
+        self._views: list[dict[int, Buffer]] = [{} for _ in range(request.batch)]
+        self._staging: list[dict[int, Buffer]] = [{} for _ in range(request.batch)]
+        self._readback: list[dict[int, Buffer]] = [{} for _ in range(request.batch)]
         self.dtype = np.dtype(np.float16 if gpu_model.storage_fp16 else np.float32)
         start = time.perf_counter()
         try:
@@ -122,7 +152,7 @@ class Plan:
     # -- planning ----------------------------------------------------------------------------
 
     def _build(self) -> None:
-        nodes = needed_nodes(self.graph, set(self.input_shapes), self.target)
+        nodes = needed_nodes(self.graph, set(self.input_shapes), self.targets)
         on_gpu = self._place(nodes)
         run = [n for n in nodes if n.index in on_gpu]
         self.steps = _group_steps(run, on_gpu)
@@ -140,14 +170,18 @@ class Plan:
             if isinstance(step, _Segment)
         ]
         sizes = {b: self._nbytes(self.shapes[b]) for b in device_blobs}
-        storages = live_ranges(run, self.root, sizes, spans, self.target)
+        targets = [self.root.get(t, t) for t in self.targets]
+        storages = live_ranges(run, self.root, sizes, spans, targets)
         self.sum_blob_bytes = sum(st.nbytes for st in storages.values())
-        self.peak_bytes = assign_offsets(list(storages.values()), self.device.allocator.alignment)
+        alignment = self.device.allocator.alignment
+        self.peak_bytes = assign_offsets(list(storages.values()), alignment)
         if storages:
-            self._check_fits(self.peak_bytes)
-            self.arena = self.device.allocate(max(self.peak_bytes, 4))
-            for b, st in storages.items():
-                self._views[b] = self.arena.sub(st.offset, st.nbytes)
+            stride = -(-self.peak_bytes // alignment) * alignment
+            self._check_fits(stride * self.batch)
+            self.arena = self.device.allocate(max(stride * self.batch, 4))
+            for item, views in enumerate(self._views):
+                for b, st in storages.items():
+                    views[b] = self.arena.sub(item * stride + st.offset, st.nbytes)
         host_visible = self.arena is not None and self.arena.host_visible
         for step in self.steps:
             if isinstance(step, _Segment):
@@ -210,7 +244,7 @@ class Plan:
             later_cpu = {
                 b for s in self.steps[i + 1 :] if isinstance(s, _CpuStep) for b in s.node.bottoms
             }
-            step.download = sorted(t for t in inside if t == self.target or t in later_cpu)
+            step.download = sorted(t for t in inside if t in self.targets or t in later_cpu)
 
     def _check_fits(self, nbytes: int) -> None:
         info = self.device.info
@@ -218,8 +252,13 @@ class Plan:
             nbytes,
             device_heap=info.device_local_heap_bytes,
             unified_memory=info.unified_memory,
-            inputs=str({self.graph.blob_names[b]: s for b, s in self.input_shapes.items()}),
+            inputs=self.describe_inputs(),
         )
+
+    def describe_inputs(self) -> str:
+        """The inputs by name and shape, with the batch: for messages."""
+        shapes = {self.graph.blob_names[b]: s for b, s in self.input_shapes.items()}
+        return f"{shapes} x {self.batch} items" if self.batch > 1 else str(shapes)
 
     def _nbytes(self, shape: Shape) -> int:
         return max(4, math.prod(shape) * self.dtype.itemsize)
@@ -240,31 +279,33 @@ class Plan:
         # own barriers between its dispatches stay; so do the ones around host transfers)
         rec.barriers_on_hazards = self.barriers_on_hazards
         if not host_visible:
-            for b in segment.upload:
-                staging = device.allocate(self._views[b].size, MemoryKind.STAGING)
-                self.owned.append(staging)
-                self._staging[b] = staging
-                rec.copy(staging, self._views[b])
+            for views, staged in zip(self._views, self._staging, strict=True):
+                for b in segment.upload:
+                    staging = device.allocate(views[b].size, MemoryKind.STAGING)
+                    self.owned.append(staging)
+                    staged[b] = staging
+                    rec.copy(staging, views[b])
             if segment.upload:
                 rec.barrier()
         for node in segment.nodes:
             gpu = self.gpu_model.bound[node.index]
             if gpu.gpu_layer.alias:
                 continue
-            inputs = [self._blob(b) for b in node.bottoms]
-            outputs = [self._blob(t) for t in node.tops]
-            gpu.gpu_layer.record(self._context(gpu, rec), inputs, outputs)
-            if not self.barriers_on_hazards:
-                rec.barrier()
+            for item in range(self.batch):  # one layer for every item, then the next layer
+                inputs = [self._blob(item, b) for b in node.bottoms]
+                outputs = [self._blob(item, t) for t in node.tops]
+                gpu.gpu_layer.record(self._context(gpu, rec), inputs, outputs)
+                if not self.barriers_on_hazards:
+                    rec.barrier()
         # mapped but uncached (a discrete GPU's BAR): copy the results into cached memory
         copies = not (host_visible and device.allocator.device_is_host_cached)
         if copies:
-            for t in segment.download:
-                view = self._views[self.root.get(t, t)]
-                readback = device.allocate(view.size, MemoryKind.READBACK)
-                self.owned.append(readback)
-                self._readback[t] = readback
-                rec.copy(view, readback)
+            for views, readback in zip(self._views, self._readback, strict=True):
+                for t in segment.download:
+                    view = views[self.root.get(t, t)]
+                    readback[t] = device.allocate(view.size, MemoryKind.READBACK)
+                    self.owned.append(readback[t])
+                    rec.copy(view, readback[t])
         if copies or self.barriers_on_hazards:
             rec.barrier()  # the last writes made visible to the host (and to the next run)
 
@@ -272,46 +313,64 @@ class Plan:
         """What ``node``'s layer records through (a profiling plan gives its own)."""
         return PlanContext(self, node, recorder)
 
-    def _blob(self, blob: int) -> GpuBlob:
-        return GpuBlob(self._views[self.root.get(blob, blob)], self.shapes[blob])
+    def _blob(self, item: int, blob: int) -> GpuBlob:
+        return GpuBlob(self._views[item][self.root.get(blob, blob)], self.shapes[blob])
 
     # -- running ------------------------------------------------------------------------------
 
-    def _write(self, storage: int, array: np.ndarray) -> None:
+    def _write(self, item: int, storage: int, array: np.ndarray) -> None:
         data = np.ascontiguousarray(array, dtype=self.dtype).reshape(-1).view(np.uint8)
-        target = self._staging.get(storage) or self._views[storage]
+        target = self._staging[item].get(storage) or self._views[item][storage]
         target.view()[: data.nbytes] = data.data
 
-    def _read(self, blob: int) -> np.ndarray:
+    def _read(self, item: int, blob: int) -> np.ndarray:
+        """Item ``item``'s ``blob`` as it lies in device memory (a view, in the storage type)."""
         shape = self.shapes[blob]
-        source = self._readback.get(blob) or self._views[self.root.get(blob, blob)]
+        source = self._readback[item].get(blob) or self._views[item][self.root.get(blob, blob)]
         n = math.prod(shape) * self.dtype.itemsize  # not np.prod: 5 us a call, every run
-        raw = np.frombuffer(source.view()[:n], dtype=self.dtype).reshape(shape)
-        return raw.astype(np.float32)
+        return np.frombuffer(source.view()[:n], dtype=self.dtype).reshape(shape)
 
-    async def run(self, inputs: dict[int, np.ndarray]) -> np.ndarray:
-        """Run once with ``inputs`` (blob id -> array); returns the target as float32."""
-        host: dict[int, np.ndarray] = dict(inputs)
+    async def run(self, inputs: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+        """Run once with ``inputs`` (blob id -> array with a leading axis of ``batch`` items);
+        returns every target the same way, as float32."""
+        hosts: list[dict[int, np.ndarray]] = [
+            {b: a[item] for b, a in inputs.items()} for item in range(self.batch)
+        ]
+        results: dict[int, np.ndarray] = {}
         for step in self.steps:
             if isinstance(step, _Segment):
-                for storage in step.upload:
-                    self._write(storage, host[storage])
+                for item, host in enumerate(hosts):
+                    for storage in step.upload:
+                        self._write(item, storage, host[storage])
                 assert step.recorder is not None
                 await self.device.run(step.recorder)
                 for t in step.download:
-                    host[t] = self._read(t)
+                    self._download(t, hosts, results)
             else:
-                node = step.node
-                args = [host[b] for b in node.bottoms]
-                if step.choose_inline():
-                    outs = step.run(args)
+                if step.choose_inline(self.batch):
+                    _run_items(step, hosts)
                 else:
-                    outs = await run_sync(step.run, args)
-                for t, value in zip(node.tops, outs, strict=True):
-                    host[t] = value
-        if self.target in host:
-            return np.asarray(host[self.target], dtype=np.float32)
-        raise InputError(f"blob {self.graph.blob_names[self.target]!r} was not produced")
+                    await run_sync(_run_items, step, hosts)
+        for t in self.targets:
+            if t not in results:
+                if t not in hosts[0]:
+                    raise InputError(f"blob {self.graph.blob_names[t]!r} was not produced")
+                results[t] = np.stack([np.asarray(h[t], dtype=np.float32) for h in hosts])
+        return results
+
+    def _download(
+        self, blob: int, hosts: list[dict[int, np.ndarray]], results: dict[int, np.ndarray]
+    ) -> None:
+        """Read ``blob`` of every item: a target straight into its float32 result (one copy),
+        a blob a CPU layer reads next into each item's host blobs."""
+        if blob in self.targets:
+            out = results[blob] = np.empty((self.batch, *self.shapes[blob]), np.float32)
+            for item, host in enumerate(hosts):
+                out[item] = self._read(item, blob)
+                host[blob] = out[item]
+        else:
+            for item, host in enumerate(hosts):
+                host[blob] = self._read(item, blob).astype(np.float32)
 
     def release(self) -> None:
         for step in self.steps:
@@ -341,6 +400,7 @@ class Plan:
             "peak_blob_bytes": self.peak_bytes,
             "sum_blob_bytes": self.sum_blob_bytes,
             "baked_dispatches": self.baked_dispatches,
+            "batch": self.batch,
         }
 
 
@@ -351,6 +411,15 @@ _SHAPE_ERRORS = (ValueError, IndexError, KeyError, ArithmeticError)
 def _cannot_take(node: GraphNode, in_shapes: list[Shape], exc: Exception) -> InputError:
     layer = f"layer {node.layer.name!r} ({node.layer.type_name})"
     return InputError(f"{layer} cannot take inputs {in_shapes}: {exc}")
+
+
+def _run_items(step: _CpuStep, hosts: list[dict[int, np.ndarray]]) -> None:
+    """A CPU layer over every item's host blobs."""
+    node = step.node
+    for host in hosts:
+        outs = step.run([host[b] for b in node.bottoms])
+        for t, value in zip(node.tops, outs, strict=True):
+            host[t] = value
 
 
 def _group_steps(run: list[GraphNode], on_gpu: dict[int, bool]) -> list[_Segment | _CpuStep]:
@@ -377,21 +446,3 @@ def run_cpu_layer(node: GraphNode, inputs: list[np.ndarray]) -> list[np.ndarray]
             return node.layer.forward(inputs)
     except _SHAPE_ERRORS as exc:
         raise _cannot_take(node, in_shapes, exc) from exc
-
-
-def needed_nodes(graph: Graph, given: set[int], target: int) -> list[GraphNode]:
-    """The layers ``target`` depends on, in file order; Input layers must have been fed."""
-    wanted = {target}
-    needed: set[int] = set()
-    missing: list[str] = []
-    for node in reversed(graph.nodes):
-        if not any(t in wanted for t in node.tops) or all(t in given for t in node.tops):
-            continue
-        if node.layer.type_name == "Input":
-            missing += [graph.blob_names[t] for t in node.tops if t in wanted and t not in given]
-            continue
-        needed.add(node.index)
-        wanted.update(node.bottoms)
-    if missing:
-        raise InputError(f"input blob(s) {sorted(missing)} were not set")
-    return [n for n in graph.nodes if n.index in needed]

@@ -33,12 +33,12 @@ def live_ranges(
     root: Mapping[int, int],
     sizes: Mapping[int, int],
     segments: Iterable[SegmentSpan],
-    target: int,
+    targets: Iterable[int],
 ) -> dict[int, Storage]:
     """The storage (by root blob, with its ``sizes``) of each device blob and when it is live.
 
-    ``root`` maps an aliasing blob to the blob whose bytes it shares; ``target``'s storage
-    stays live to the end (the host reads it last)."""
+    ``root`` maps an aliasing blob to the blob whose bytes it shares; the storages of
+    ``targets`` (root blobs) stay live to the end (the host reads them last)."""
     storages = {b: Storage(n, first=len(run), last=-1) for b, n in sizes.items()}
     for p, node in enumerate(run):
         for b in node.bottoms + node.tops:
@@ -51,9 +51,10 @@ def live_ranges(
             storages[b].first = min(storages[b].first, start)
         for b in downloads:  # read back after the segment ends
             storages[b].last = max(storages[b].last, end)
-    target_storage = storages.get(root.get(target, target))
-    if target_storage is not None:
-        target_storage.last = len(run)
+    for target in targets:
+        target_storage = storages.get(target)
+        if target_storage is not None:
+            target_storage.last = len(run)
     return storages
 
 

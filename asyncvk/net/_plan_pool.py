@@ -1,9 +1,10 @@
-"""PlanPool: the plans of one GpuModel, a few per input shape, lent to one extraction at a time.
+"""PlanPool: the plans of one GpuModel, a few per request, lent to one extraction at a time.
 
-A plan's arena holds one inference's blobs, so concurrent extractions of one shape each need a
-plan. Up to ``max_per_shape`` are made, counting those still being built (a burst that arrives
-before the first plan is recorded must not make one plan per request); further extractions wait
-for one to come back and get it in arrival order. With ``max_waiting``, an extraction that finds
+A plan's arena holds one inference's blobs, so concurrent extractions of one request (input
+shapes, outputs and batch: "shape" below) each need a plan. Up to ``max_per_shape`` are made,
+counting those still being built (a burst that arrives before the first plan is recorded must
+not make one plan per request); further extractions wait for one to come back and get it in
+arrival order. With ``max_waiting``, an extraction that finds
 that many already waiting is refused (:class:`PlanQueueFull`) rather than queued.
 
 What a burst took is given back after it: a plan idle for ``idle_seconds`` is released, down to
@@ -29,14 +30,7 @@ from typing import Any
 from .._errors import AsyncVkError
 from .._threads import outlive, run_sync
 from ..gpu._memory import dedicated_blocks
-from ._plan import Plan, Shape
-
-#: (target blob, sorted (input blob, shape) pairs): what a plan was made for
-PlanKey = tuple[int, tuple[tuple[int, Shape], ...]]
-
-
-def plan_key(shapes: dict[int, Shape], target: int) -> PlanKey:
-    return (target, tuple(sorted(shapes.items())))
+from ._plan import Plan, PlanRequest
 
 
 def check_settings(
@@ -74,6 +68,11 @@ def give_free_heap_back() -> None:
 
 
 _malloc_trim: Any = None
+
+
+def _describe(key: PlanRequest) -> str:
+    shapes = dict(key.inputs)
+    return f"{shapes} x {key.batch} items" if key.batch > 1 else str(shapes)
 
 
 class PlanQueueFull(AsyncVkError):
@@ -115,11 +114,11 @@ class _Shape:
 
 
 class PlanPool:
-    """Plans by :data:`PlanKey`; ``build`` makes one (on a worker thread: it records)."""
+    """Plans by :data:`PlanRequest`; ``build`` makes one (on a worker thread: it records)."""
 
     def __init__(
         self,
-        build: Callable[[dict[int, Shape], int], Plan],
+        build: Callable[[PlanRequest], Plan],
         *,
         max_per_shape: int,
         min_idle: int = 1,
@@ -138,14 +137,14 @@ class PlanPool:
         self._idle_seconds = idle_seconds
         self._max_waiting = max_waiting
         self._max_shapes = max_shapes
-        self._shapes: dict[PlanKey, _Shape] = {}
+        self._shapes: dict[PlanRequest, _Shape] = {}
         self._closed = False
         self._peak = 0
         self._built = 0
         self._released = 0
 
     @property
-    def plans(self) -> dict[PlanKey, list[Plan]]:
+    def plans(self) -> dict[PlanRequest, list[Plan]]:
         """Every plan made and not released, lent or idle, by key."""
         return {key: list(s.plans) for key, s in self._shapes.items() if s.plans}
 
@@ -164,10 +163,9 @@ class PlanPool:
             released=self._released,
         )
 
-    async def acquire(self, shapes: dict[int, Shape], target: int) -> Plan:
-        """An idle plan for these shapes, a new one, or, once ``max_per_shape`` are out, the
+    async def acquire(self, key: PlanRequest) -> Plan:
+        """An idle plan for ``key``, a new one, or, once ``max_per_shape`` are out, the
         first one given back after those already waiting have had theirs."""
-        key = plan_key(shapes, target)
         s = self._shapes.get(key)
         if s is None:
             self._evict_other_shapes(key)
@@ -178,10 +176,10 @@ class PlanPool:
                 return s.idle.pop()[0]
             if s.held < self._max_per_shape:
                 self._reserve(s)
-                return await self._make(key, s, shapes, target)
+                return await self._make(key, s)
         if self._max_waiting is not None and len(s.waiters) >= self._max_waiting:
             raise PlanQueueFull(
-                f"all {s.held} plans for inputs {dict(shapes)} are in use and "
+                f"all {s.held} plans for inputs {_describe(key)} are in use and "
                 f"{len(s.waiters)} extractions already wait for one"
             )
         waiter: asyncio.Future[_Handed] = asyncio.get_running_loop().create_future()
@@ -200,11 +198,11 @@ class PlanPool:
             raise
         if handed is not None:
             return handed
-        return await self._make(key, s, shapes, target)  # a place came free: build in it
+        return await self._make(key, s)  # a place came free: build in it
 
     async def give_back(self, plan: Plan) -> None:
         """Return a plan from :meth:`acquire`; one the pool no longer holds is released."""
-        key = plan_key(plan.input_shapes, plan.target)
+        key = plan.request
         s = self._shapes.get(key)
         if s is None or plan not in s.plans:  # evicted, or the pool was released
             plan.release()
@@ -215,11 +213,11 @@ class PlanPool:
             return
         self._pass_on(key, s, plan)
 
-    async def _make(self, key: PlanKey, s: _Shape, shapes: dict[int, Shape], target: int) -> Plan:
+    async def _make(self, key: PlanRequest, s: _Shape) -> Plan:
         """Build a plan in the place already counted in ``s.building``. A cancelled caller
         still waits for the build (a thread cannot be stopped), then gives the plan to the
         pool, so that no plan is lost and no place is left taken."""
-        task = asyncio.ensure_future(run_sync(self._build_dedicated, shapes, target))
+        task = asyncio.ensure_future(run_sync(self._build_dedicated, key))
         try:
             await outlive(task)
         except asyncio.CancelledError:
@@ -229,14 +227,14 @@ class PlanPool:
         assert plan is not None
         return plan
 
-    def _build_dedicated(self, shapes: dict[int, Shape], target: int) -> Plan:
+    def _build_dedicated(self, key: PlanRequest) -> Plan:
         """A plan whose larger buffers have device blocks of their own: released, they go back
         to the driver instead of leaving holes in blocks that the weights keep."""
         with dedicated_blocks():
-            return self._build(shapes, target)
+            return self._build(key)
 
     def _settle(
-        self, key: PlanKey, s: _Shape, task: asyncio.Future[Plan], *, lend: bool
+        self, key: PlanRequest, s: _Shape, task: asyncio.Future[Plan], *, lend: bool
     ) -> Plan | None:
         """A build has ended: its plan joins the pool, lent (``lend``) or passed on; a failed
         build passes its place on, and its error is raised to the one who waited for it."""
@@ -263,7 +261,7 @@ class PlanPool:
         s.building += 1
         self._peak = max(self._peak, s.held)
 
-    def _pass_on(self, key: PlanKey, s: _Shape, handed: _Handed) -> None:
+    def _pass_on(self, key: PlanRequest, s: _Shape, handed: _Handed) -> None:
         """A plan came back (or, with None, a place came free): to the first waiter, else
         the plan goes idle (and the shape's idle timer starts)."""
         while s.waiters:
@@ -283,10 +281,10 @@ class PlanPool:
         elif s.timer is None and len(s.plans) > self._min_idle:
             self._start_timer(key, s, loop.time() + self._idle_seconds)
 
-    def _start_timer(self, key: PlanKey, s: _Shape, due: float) -> None:
+    def _start_timer(self, key: PlanRequest, s: _Shape, due: float) -> None:
         s.timer = asyncio.get_running_loop().call_at(due, self._on_timer, key, due)
 
-    def _on_timer(self, key: PlanKey, due: float) -> None:
+    def _on_timer(self, key: PlanRequest, due: float) -> None:
         s = self._shapes.get(key)
         if s is not None:
             s.timer = None
@@ -329,7 +327,7 @@ class PlanPool:
         """Whether ``plan`` was recorded with every pipeline the model has adopted."""
         return plan.pipelines_version == self._version()
 
-    def _evict_other_shapes(self, keep: PlanKey) -> None:
+    def _evict_other_shapes(self, keep: PlanRequest) -> None:
         """Keep plans for at most ``max_shapes`` shapes: drop the oldest shape that is idle."""
         while len(self._shapes) >= self._max_shapes:
             for key, s in self._shapes.items():
