@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +24,7 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
     _check_remote_cache_arg(args)
     return RunConfig(
         param=args.param,
-        model=args.bin,
+        model=_model_source(args),
         cache_file=cache_file,
         cache_dir=getattr(args, "cache_dir", None),
         graph_key=getattr(args, "graph_key", None),
@@ -37,6 +38,18 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
         remote_cache=getattr(args, "remote_cache", None),
         progress=progress.counter("loading model") if progress else None,
     )
+
+
+def _model_source(args: argparse.Namespace) -> str:
+    """The ``.bin`` named, or the random weights asked for: one of the two."""
+    from ._runner import RANDOM_WEIGHTS
+
+    random = getattr(args, "random_weights", False)
+    if random and args.bin:
+        raise ValueError(f"give the .bin ({args.bin}) or --random-weights, not both")
+    if not random and not args.bin:
+        raise ValueError("the .bin is missing (or use --random-weights for a .param alone)")
+    return RANDOM_WEIGHTS if random else str(args.bin)
 
 
 def _check_cache_folder_args(args: argparse.Namespace) -> None:
@@ -89,23 +102,24 @@ async def _opened(args: argparse.Namespace, progress: Progress) -> AsyncIterator
 
 async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
 
-    from ._runner import cache_counters, default_output, load_npy, memory_peaks
+    from ._runner import cache_counters, load_npy, memory_peaks
 
     mark("imports_done")
     inputs = [load_npy(s) for s in args.input]
     outputs = [(name, output_path(name, path)) for name, _, path in map(_split, args.output)]
+    folder = _output_folder(args.output_dir)
     async with _opened(args, progress) as opened:
         report = opened.report
         net = opened.net
-        names = [name for name, _ in outputs] or [default_output(net)]
+        names = [name for name, _ in outputs] or net.output_names
+        if folder:
+            outputs = [(name, os.path.join(folder, _file_name(name))) for name in names]
         t0 = time.perf_counter()
         ex = net.create_extractor()
         for name, array in inputs:
             ex.input(name, array)
-        results = {}
         with progress.step("first inference"):
-            for name in names:
-                results[name] = await ex.extract(name)
+            results = await ex.extract_many(names)
         report["infer_s"] = time.perf_counter() - t0
         mark("first_output")
         report["_first_output_monotonic"] = time.monotonic()
@@ -131,6 +145,23 @@ async def _run(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
             for k, v in results.items()
         }
     return report
+
+
+def _output_folder(folder: str | None) -> str | None:
+    """``--output-dir``: an existing folder this user can write in, checked before the load."""
+    if folder is None:
+        return None
+    if not os.path.isdir(folder):
+        raise ValueError(f"--output-dir {folder}: no such folder")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--output-dir {folder}: cannot be written (permission denied)")
+    return folder
+
+
+def _file_name(blob: str) -> str:
+    """A blob's name as a file name: characters a path gives meaning to become ``_``."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in blob).lstrip(".")
+    return f"{safe or '_'}.npy"
 
 
 def _save_exactly(path: str, array: Any) -> None:
@@ -203,7 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for name, o in report["outputs"].items():
             mean = "empty" if o["mean"] is None else f"mean {o['mean']:.6g}"
             where = report["written"].get(name)
-            saved = f", written to {where}" if where else ", not written (--output NAME=PATH)"
+            saved = f", written to {where}" if where else ", not written (--output-dir DIR)"
             print(f"output {name}: shape {o['shape']} {mean}{saved}")
 
     print_report(args, report, text)
@@ -215,25 +246,28 @@ async def _bench(args: argparse.Namespace, progress: Progress) -> dict[str, Any]
 
     import numpy as np
 
-    from ._runner import cache_counters, default_output, parse_input_shape
+    from ._runner import cache_counters, parse_input_shape
 
     mark("imports_done")
     shapes = [parse_input_shape(s) for s in args.shape]
     if not shapes:
         raise ValueError("bench needs at least one --shape NAME=C,H,W")
+    batch = () if args.batch is None else (args.batch,)
     async with _opened(args, progress) as opened:
         report = opened.report
         net = opened.net
-        target = args.output or default_output(net)
+        names = args.output or net.output_names
         rng = np.random.default_rng(0)
-        feeds = {n: rng.standard_normal(s, dtype=np.float32) for n, s in shapes}
+        feeds = {n: rng.standard_normal(batch + s, dtype=np.float32) for n, s in shapes}
+        report["batch"] = args.batch
+        report["outputs"] = list(names)
 
         async def once() -> float:
             ex = net.create_extractor()
             for n, a in feeds.items():
-                ex.input(n, a)
+                ex.input(n, a, batch_axis=bool(batch))
             t = time.perf_counter()
-            await ex.extract(target)
+            await ex.extract_many(names)
             return time.perf_counter() - t
 
         with progress.step("first inference"):
@@ -287,7 +321,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 async def _warm(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     import numpy as np
 
-    from ._runner import cache_counters, default_output, parse_input_shape
+    from ._runner import cache_counters, parse_input_shape
 
     if not args.cache and not args.cache_dir:
         raise ValueError("cache warm needs --cache FILE or --cache-dir DIR --graph-key KEY")
@@ -300,7 +334,7 @@ async def _warm(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
             for n, s in shapes:
                 ex.input(n, np.zeros(s, np.float32))
             with progress.step("inference at the given shapes"):
-                await ex.extract(args.output or default_output(net))
+                await ex.extract_many([args.output] if args.output else net.output_names)
             report["warmed_shapes"] = {n: list(s) for n, s in shapes}
         report.update(cache_counters(opened))
     return report

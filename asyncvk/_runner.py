@@ -18,10 +18,14 @@ from .cache._pipeline_cache import PipelineCache
 from .net._net import Net
 from .net._option import Option
 
+#: What ``RunConfig.model`` says for a model run with ``--random-weights``.
+RANDOM_WEIGHTS = "random weights (seed 0)"
+
 
 @dataclass
 class RunConfig:
     param: str
+    #: the .bin, or RANDOM_WEIGHTS
     model: str
     cache_file: str | None = None
     cache_dir: str | None = None
@@ -97,8 +101,15 @@ async def open_net(config: RunConfig) -> OpenNet:
         report["device"] = {"name": "cpu (numpy)", "driver": "", "type": "cpu"}
     if warm_file:
         net._prepare_compiler()
+    model: str | bytes = config.model
+    if model == RANDOM_WEIGHTS:  # made before the load's clock starts: no part of a load
+        from .net._random_weights import random_weights
+
+        t0 = time.perf_counter()
+        model = random_weights(config.param)
+        report["random_weights_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    await net.load_model(config.model, progress=config.progress)
+    await net.load_model(model, progress=config.progress)
     report["load_model_s"] = time.perf_counter() - t0
     if client_import is not None:
         await client_import  # done long since: it started before load_param
@@ -320,10 +331,3 @@ def memory_peaks(opened: OpenNet) -> dict[str, Any]:
     if net.use_vulkan and net.device is not None:
         peaks["device_memory_reserved_bytes"] = net.device.allocator.stats()["reserved_bytes"]
     return peaks
-
-
-def default_output(net: Net) -> str:
-    names = net.output_names
-    if not names:
-        raise ValueError("the model declares no output blob")
-    return names[-1]

@@ -131,9 +131,10 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
     if not state.ready:
         return _error(503, state.error or "the model is still loading")
     net = request.app[NET_KEY]
-    output = request.query.get("output") or net.output_names[-1]
-    if output not in net.blob_index:
-        return _error(400, f"unknown output {output!r} (outputs: {net.output_names})")
+    outputs = request.query.getall("output", []) or net.output_names
+    for output in outputs:
+        if output not in net.blob_index:
+            return _error(400, f"unknown output {output!r} (outputs: {net.output_names})")
     try:
         inputs, encoding = await read_inputs(request, net)
         if not inputs:
@@ -143,7 +144,7 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
             if name not in net.input_names:
                 return _error(400, f"unknown input {name!r} (inputs: {net.input_names})")
             ex.input(name, np.asarray(array, dtype=np.float32))
-        result = await ex.extract(output)
+        results = await ex.extract_many(outputs)
     except PlanQueueFull as exc:
         log.info("request refused, busy: %s", exc)
         response = _error(503, f"busy: {exc} (server --max-queue); try again")
@@ -161,7 +162,7 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
     except (AsyncVkError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         return _error(400, str(message))
-    body, kind = await asyncio.to_thread(encode_reply, result, output, encoding)
+    body, kind = await asyncio.to_thread(encode_reply, results, encoding)
     return web.Response(body=body, content_type=kind)
 
 
@@ -274,8 +275,6 @@ async def _warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
 
 
 async def _infer_zeros(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
-    from ._runner import default_output
-
     ex = net.create_extractor()
     for name, shape in shapes.items():
         check_input_size(f"warm-up input {name}", shape)
@@ -284,7 +283,7 @@ async def _infer_zeros(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
         except (KeyError, ValueError) as exc:
             raise ValueError(f"warm-up input {name}={shape}: {exc}") from exc
     try:
-        await ex.extract(default_output(net))
+        await ex.extract_many(net.output_names)
     except AsyncVkError as exc:
         raise ValueError(f"warm-up with {dict(shapes)}: {exc}") from exc
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import zipfile
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from aiohttp import BodyPartReader, web
@@ -138,29 +139,44 @@ def json_inputs(body: bytes) -> dict[str, np.ndarray]:
     return inputs
 
 
-def encode_reply(result: np.ndarray, output: str, encoding: str) -> tuple[bytes, str]:
-    """The reply body, off the event loop (a JSON reply still holds the GIL: use .npy for big).
+def encode_reply(results: dict[str, np.ndarray], encoding: str) -> tuple[bytes, str]:
+    """The reply body, off the event loop (a JSON reply still holds the GIL: use .npy for big):
+    one output as a ``.npy``, several as an ``.npz`` of them by name, or JSON.
 
     JSON has no NaN or Infinity: non-finite outputs are written as ``null`` and counted in
     ``non_finite``, so the reply always parses.
     """
     if encoding == "json":
-        finite = np.isfinite(result)
-        non_finite = int(finite.size - np.count_nonzero(finite))
-        values = result.tolist()
-        if non_finite:
-            cells = result.astype(object)
-            cells[~finite] = None
-            values = cells.tolist()
-        payload = {
-            "outputs": {output: values},
-            "shape": list(result.shape),
+        values: dict[str, Any] = {}
+        non_finite = 0
+        for name, result in results.items():
+            finite = np.isfinite(result)
+            bad = int(finite.size - np.count_nonzero(finite))
+            if bad:
+                cells = result.astype(object)
+                cells[~finite] = None
+                values[name] = cells.tolist()
+            else:
+                values[name] = result.tolist()
+            non_finite += bad
+        payload: dict[str, Any] = {
+            "outputs": values,
+            "shapes": {name: list(r.shape) for name, r in results.items()},
             "non_finite": non_finite,
         }
+        if len(results) == 1:
+            payload["shape"] = list(next(iter(results.values())).shape)
         return json.dumps(payload, allow_nan=False).encode(), "application/json"
     buf = io.BytesIO()
-    np.save(buf, result)
-    return buf.getvalue(), "application/x-npy"
+    if len(results) == 1:
+        np.save(buf, next(iter(results.values())))
+        return buf.getvalue(), "application/x-npy"
+    with zipfile.ZipFile(buf, "w") as archive:  # np.savez's own argument names could clash
+        for name, result in results.items():
+            member = io.BytesIO()
+            np.save(member, result)
+            archive.writestr(f"{name}.npy", member.getvalue())
+    return buf.getvalue(), "application/x-npz"
 
 
 def load_npy_exact(name: str, data: bytes, holder: str) -> np.ndarray:

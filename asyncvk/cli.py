@@ -114,9 +114,19 @@ def _start_reading_weights(args: argparse.Namespace) -> None:
 # -- parser -------------------------------------------------------------------------------------
 
 
-def _model_args(p: argparse.ArgumentParser, *, cache: bool = True) -> None:
+def _model_args(
+    p: argparse.ArgumentParser, *, cache: bool = True, random_weights: bool = False
+) -> None:
     p.add_argument("param", help="ncnn .param file")
-    p.add_argument("bin", help="ncnn .bin file")
+    if random_weights:
+        p.add_argument("bin", nargs="?", help="ncnn .bin file (or --random-weights)")
+        p.add_argument(
+            "--random-weights",
+            action="store_true",
+            help="no .bin: seeded random weights in the layout ncnn reads (as benchncnn does)",
+        )
+    else:
+        p.add_argument("bin", help="ncnn .bin file")
     if cache:
         p.add_argument("--cache", metavar="FILE", help="pipeline cache file to load and save")
         p.add_argument("--cache-dir", metavar="DIR", help="managed cache folder")
@@ -298,15 +308,33 @@ def _add_info_commands(sub: _Subparsers) -> None:
 def _add_model_commands(sub: _Subparsers) -> None:
     """``run``, ``bench`` and ``shapehint``: one model, from the command line."""
     run = sub.add_parser("run", help="load a model, run it once, write outputs")
-    _model_args(run)
+    _model_args(run, random_weights=True)
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
-    run.add_argument("--output", action="append", default=[], metavar="NAME=FILE.npy")
+    run.add_argument(
+        "--output",
+        action="append",
+        default=[],
+        metavar="NAME[=PATH]",
+        help="an output to compute (and write to PATH); none: every output of the model",
+    )
+    run.add_argument(
+        "--output-dir", metavar="DIR", help="write every output computed to DIR/NAME.npy"
+    )
     run.set_defaults(func=cmd_run)
 
     bench = sub.add_parser("bench", help="load timings and inference latency")
-    _model_args(bench)
+    _model_args(bench, random_weights=True)
     bench.add_argument("--shape", action="append", default=[], metavar="NAME=C,H,W")
-    bench.add_argument("--output", default=None, metavar="NAME")
+    bench.add_argument(
+        "--output",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an output to compute; none: every output of the model",
+    )
+    bench.add_argument(
+        "--batch", type=_count(1), default=None, help="items per run (inputs get a batch axis)"
+    )
     bench.add_argument("--loops", type=_count(1), default=10, help="timed runs (at least 1)")
     bench.add_argument("--warmup", type=_count(0), default=2, help="untimed runs first")
     bench.set_defaults(func=cmd_bench)

@@ -87,7 +87,7 @@ def random_weights(param: str | os.PathLike[str] | bytes, seed: int = 0) -> byte
         num_output = getattr(layer, "num_output", 0)
         weights.start_layer(layer.name, layer.type_name, num_output if num_output > 0 else 0)
         try:
-            layer.load_model(weights)  # type: ignore[arg-type]
+            layer.load_model(weights)
         except Exception as exc:
             raise graph.layer_error(node, exc) from exc
     return weights.data()
