@@ -76,10 +76,20 @@ class RandomWeights:
         """The ``.bin`` bytes for every read so far."""
         return b"".join(self._chunks)
 
+    @property
+    def read_sizes(self) -> list[int]:
+        """The size of each read a loader makes of :meth:`data`, in order (a tag is one)."""
+        return [len(c) for c in self._chunks]
+
 
 def random_weights(param: str | os.PathLike[str] | bytes, seed: int = 0) -> bytes:
     """The bytes of a ``.bin`` for ``param`` (a path or the file's bytes) with seeded values
     in ncnn's layout; raises ModelFormatError where the ``.param`` is malformed."""
+    return fill_weights(param, seed).data()
+
+
+def fill_weights(param: str | os.PathLike[str] | bytes, seed: int = 0) -> RandomWeights:
+    """Every read the layers of ``param`` make, answered (see :func:`random_weights`)."""
     graph = build_graph(parse_param(param))
     weights = RandomWeights(seed)
     for node in graph.nodes:
@@ -90,4 +100,4 @@ def random_weights(param: str | os.PathLike[str] | bytes, seed: int = 0) -> byte
             layer.load_model(weights)
         except Exception as exc:
             raise graph.layer_error(node, exc) from exc
-    return weights.data()
+    return weights
