@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ncnn_oracle import Model, asyncvk_forward, assert_close, ncnn_forward
+from ncnn_oracle import Model, assert_close, asyncvk_forward, ncnn_forward
 from ncnn_suite import ncnn_read_sizes, suite_params
 
 from asyncvk.net._random_weights import fill_weights, random_weights
