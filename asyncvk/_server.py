@@ -472,14 +472,19 @@ def run_server(
         print(f"serving on http://{host}:{port}", flush=True)
 
     logging.getLogger("aiohttp.server").addFilter(_MalformedHttpIsOneLine())
-    web.run_app(
-        app,
-        host=host,
-        port=port,
-        print=announce,
-        handle_signals=True,
-        access_log=logging.getLogger("aiohttp.access") if access_log else None,
-    )
+    try:
+        web.run_app(
+            app,
+            host=host,
+            port=port,
+            print=announce,
+            handle_signals=True,
+            access_log=logging.getLogger("aiohttp.access") if access_log else None,
+        )
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:  # the address, said as the user typed it
+            raise OSError(exc.errno, exc.strerror, f"{host}:{port}") from exc
+        raise
     return app[STATE_KEY].exit_code
 
 

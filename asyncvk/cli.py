@@ -493,6 +493,17 @@ def _debug_first(argv: Sequence[str]) -> list[str]:
     return ["--debug", *rest] if len(rest) < len(argv) else list(argv)
 
 
+def _message(exc: BaseException) -> str:
+    """What the user reads for ``exc``: OS errors in words, a KeyError without its quotes."""
+    if isinstance(exc, OSError):
+        from ._os_words import describe_os_error
+
+        return describe_os_error(exc)
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])
+    return str(exc)
+
+
 def main(argv: Sequence[str] | None = None, *, release_at_exit: bool = True) -> int:
     """Run one command; ``release_at_exit=False`` (the ``asyncvk`` program) leaves device
     memory and handles to the OS, once every cache file is saved."""
@@ -508,8 +519,7 @@ def main(argv: Sequence[str] | None = None, *, release_at_exit: bool = True) -> 
     except (AsyncVkError, OSError, ValueError, KeyError, MemoryError) as exc:
         if args.debug:
             raise
-        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(terminal_safe(f"asyncvk: error: {message}"), file=sys.stderr)
+        print(terminal_safe(f"asyncvk: error: {_message(exc)}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
