@@ -29,7 +29,17 @@ from __future__ import annotations
 
 
 class AsyncVkError(Exception):
-    """Base of every error asyncvk raises on purpose."""
+    """Base of every error asyncvk raises on purpose.
+
+    Example::
+
+        try:
+            outputs = await net.run({"in0": image})
+        except asyncvk.InputError as exc:  # the caller's input: name, expected and given shapes
+            reply(400, str(exc))
+        except asyncvk.AsyncVkError:  # the model, the device or the cache
+            raise
+    """
 
 
 class DeviceError(AsyncVkError):

@@ -16,25 +16,44 @@ def test_public_names_are_listed() -> None:
     assert public - modules - {"annotations"} <= set(asyncvk.__all__)
 
 
-def test_the_everyday_api_says_what_it_does() -> None:
-    """Every public method and property of what a user touches first has a docstring, and the
-    ones a user calls in every program say what they raise and show an example."""
+def test_every_public_name_says_what_it_does() -> None:
+    """Every public name, and every public method and property of the public classes, has a
+    docstring; the ones a user reaches for first say what they raise and show an example."""
     import inspect
 
-    import asyncvk
-
     missing = []
-    for cls in (asyncvk.Net, asyncvk.Extractor, asyncvk.Option, asyncvk.PipelineCache):
-        for name, value in vars(cls).items():
-            if name.startswith("_"):
+    for name in asyncvk.__all__:
+        value = getattr(asyncvk, name)
+        if name != "__version__" and not inspect.getdoc(value):
+            missing.append(name)
+        if not inspect.isclass(value):
+            continue
+        for attr, member in vars(value).items():
+            if attr.startswith("_"):
                 continue
-            function = value.fget if isinstance(value, property) else value
+            function = member.fget if isinstance(member, property) else member
+            if isinstance(function, (staticmethod, classmethod)):
+                function = function.__func__
             if callable(function) and not inspect.getdoc(function):
-                missing.append(f"{cls.__name__}.{name}")
+                missing.append(f"{name}.{attr}")
     assert not missing, missing
-    for method in (asyncvk.Extractor.extract, asyncvk.Net.create_extractor):
-        doc = inspect.getdoc(method) or ""
-        assert "Raises:" in doc and "Example" in doc, method.__qualname__
+    first = (
+        asyncvk.Net.load_param,
+        asyncvk.Net.load_model,
+        asyncvk.Net.run,
+        asyncvk.Net.create_extractor,
+        asyncvk.Extractor.extract,
+        asyncvk.Extractor.input,
+        asyncvk.get_gpu_info,
+        asyncvk.get_gpu_device,
+        asyncvk.PipelineCache,
+    )
+    for item in first:
+        doc = inspect.getdoc(item) or ""
+        assert "Raises:" in doc, item.__qualname__
+    for item in (*first[:5], asyncvk.Net, asyncvk.Option, asyncvk.get_gpu_count):
+        doc = inspect.getdoc(item) or ""
+        assert "Example" in doc, item.__qualname__
 
 
 async def test_reprs_say_what_they_hold() -> None:
@@ -61,3 +80,10 @@ async def test_reprs_say_what_they_hold() -> None:
     assert repr(ex) == "<Extractor [inputs set: in0, batch of 2, 0 blobs computed]>"
     await net.aclose()
     assert repr(net) == "<Net [closed]>"
+    assert repr(asyncvk.Option()) == "Option()"
+    option = asyncvk.Option(use_fp16_storage=True, remote_cache="redis://:secret@host/0")
+    assert repr(option) == "Option(use_fp16_storage=True, remote_cache=<set>)"
+    with asyncvk.PipelineCache() as cache:
+        assert repr(cache) == (
+            "<PipelineCache [entries: 0, in-flight: 0 | hits: 0, created: 0, spirv compiled: 0]>"
+        )

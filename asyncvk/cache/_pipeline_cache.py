@@ -39,6 +39,17 @@ class PipelineCache(PipelineRequests):
         must_hit: raise CacheMissError instead of compiling GLSL cold.
         packaged_spirv: take a shader's SPIR-V from the folder the install compiled before
             compiling it (``ASYNCVK_PACKAGED_SPIRV=0`` turns it off for the whole process).
+
+    Raises:
+        NoDeviceError: no ``device`` was given and there is no Vulkan device.
+
+    Example::
+
+        cache = asyncvk.PipelineCache()
+        cache.load_cache("model.vkcache")  # a missing or bad file is a miss, never an error
+        net = asyncvk.Net(asyncvk.Option(pipeline_cache=cache))
+        ...
+        cache.save_cache("model.vkcache")
     """
 
     # -- the cache file ---------------------------------------------------------------------

@@ -92,7 +92,11 @@ def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
 
 
 class VulkanDevice:
-    """A logical device with one compute queue. Shared per index: see ``get_gpu_device``."""
+    """A logical device with one compute queue. Shared per index: see ``get_gpu_device``.
+
+    ``info`` is its :class:`GpuInfo`; ``close()`` destroys it (a device from
+    ``get_gpu_device`` is closed at exit).
+    """
 
     def __init__(self, index: int, *, quirks: Quirks | None = None) -> None:
         inst = instance()
@@ -186,12 +190,14 @@ class VulkanDevice:
             self._live[kind] += delta
 
     def live_handles(self) -> dict[str, int]:
+        """Vulkan handles alive now, by kind (none listed at zero): what a leak test reads."""
         with self._live_lock:
             return {k: v for k, v in self._live.items() if v}
 
     # -- memory ----------------------------------------------------------------------------
 
     def allocate(self, nbytes: int, kind: MemoryKind = MemoryKind.DEVICE) -> Buffer:
+        """A buffer of ``nbytes`` from the device's allocator (released with ``release()``)."""
         return self.allocator.allocate(nbytes, kind)
 
     def upload_sync(self, array: np.ndarray) -> Buffer:
@@ -220,11 +226,14 @@ class VulkanDevice:
         return buf
 
     async def upload(self, array: np.ndarray) -> Buffer:
+        """:meth:`upload_sync` on a worker thread."""
         return await run_sync(self.upload_sync, array)
 
     def download_sync(
         self, buf: Buffer, shape: tuple[int, ...], dtype: Any = "float32"
     ) -> np.ndarray:
+        """A new host array of ``shape`` and ``dtype`` read from the start of ``buf``
+        (blocking; use :meth:`download` from async)."""
         import numpy as np
 
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
@@ -247,6 +256,7 @@ class VulkanDevice:
     async def download(
         self, buf: Buffer, shape: tuple[int, ...], dtype: Any = "float32"
     ) -> np.ndarray:
+        """:meth:`download_sync` on a worker thread."""
         return await run_sync(self.download_sync, buf, shape, dtype)
 
     # -- submission ------------------------------------------------------------------------
@@ -321,6 +331,7 @@ class VulkanDevice:
             self._free_fences.append(fence)
 
     def run_sync(self, recorder: CommandRecorder) -> None:
+        """Submit ``recorder``'s command buffer and block until the GPU has run it."""
         self.wait(self.submit(recorder))
 
     async def run(self, recorder: CommandRecorder) -> None:
@@ -398,7 +409,17 @@ _devices_lock = threading.Lock()
 
 
 def get_gpu_device(index: int | None = None) -> VulkanDevice:
-    """The shared VulkanDevice for ``index`` (default device when None), created once."""
+    """The shared VulkanDevice for ``index`` (default device when None), created once.
+
+    Raises:
+        NoDeviceError: there is no such device (or none at all: the message names the fix).
+        DeviceError: the driver failed to create the device.
+
+    Example::
+
+        device = asyncvk.get_gpu_device(0)
+        print(device.info.device_name)
+    """
     i = get_default_gpu_index() if index is None else index
     with _devices_lock:
         device = _devices.get(i)

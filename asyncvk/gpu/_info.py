@@ -72,38 +72,48 @@ class GpuInfo:
 
     @property
     def device_name(self) -> str:
+        """The driver's name for the device (``VkPhysicalDeviceProperties.deviceName``)."""
         return self.identity.device_name
 
     @property
     def driver_name(self) -> str:
+        """The driver's own name (``VkPhysicalDeviceDriverProperties.driverName``)."""
         return self.identity.driver_name
 
     @property
     def vendor_id(self) -> int:
+        """PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel, 0x10005 Mesa)."""
         return self.identity.vendor_id
 
     @property
     def device_id(self) -> int:
+        """The vendor's id of the device model."""
         return self.identity.device_id
 
     @property
     def api_version(self) -> int:
+        """The Vulkan version the driver implements, packed as ``VK_MAKE_API_VERSION``."""
         return self.identity.api_version
 
     @property
     def driver_version(self) -> int:
+        """The driver's version, packed in the vendor's own way."""
         return self.identity.driver_version
 
     @property
     def pipeline_cache_uuid(self) -> bytes:
+        """The 16 bytes a driver's pipeline cache data is valid for: a cache file from another
+        driver build is not used."""
         return self.identity.pipeline_cache_uuid
 
     @property
     def type_name(self) -> str:
+        """``discrete``, ``integrated``, ``virtual``, ``cpu`` or ``other``."""
         return DEVICE_TYPE_NAMES.get(self.device_type, "other")
 
     @property
     def is_cpu(self) -> bool:
+        """Whether the device is a CPU (lavapipe, SwiftShader): its memory is host memory."""
         return self.device_type == 4
 
     def as_dict(self) -> dict[str, Any]:

@@ -324,7 +324,13 @@ def instance() -> _Instance:
 
 
 def get_gpu_count() -> int:
-    """How many Vulkan devices this process can use (0 when there is no driver)."""
+    """How many Vulkan devices this process can use (0 when there is no driver; never raises).
+
+    Example::
+
+        if asyncvk.get_gpu_count() == 0:
+            print("no Vulkan device: the CPU path will run")
+    """
     try:
         return len(instance().infos)
     except NoDeviceError:
@@ -332,7 +338,16 @@ def get_gpu_count() -> int:
 
 
 def get_gpu_info(index: int | None = None) -> GpuInfo:
-    """Identity and capabilities of device ``index`` (None: the default device)."""
+    """Identity and capabilities of device ``index`` (None: the default device).
+
+    Raises:
+        NoDeviceError: there is no such device (or none at all: the message names the fix).
+
+    Example::
+
+        info = asyncvk.get_gpu_info()
+        print(info.device_name, info.driver_name, info.type_name)
+    """
     infos = instance().infos
     i = get_default_gpu_index() if index is None else index
     if not 0 <= i < len(infos):

@@ -77,6 +77,17 @@ class Net:
     device (weights, plans with their command buffers, descriptor pools and blob arenas) is
     released before the new model is read. Pipelines belong to the PipelineCache and stay.
     Extractors made before the reload are refused (see ``Extractor``).
+
+    Arguments:
+        opt: the settings read at ``load_model`` (default: ``Option()``: the default Vulkan
+            device, or numpy on the CPU where there is none).
+
+    Example::
+
+        async with asyncvk.Net() as net:
+            await net.load_param("model.param")
+            await net.load_model("model.bin")
+            outputs = await net.run({"in0": image})
     """
 
     def __init__(self, opt: Option | None = None) -> None:
@@ -115,7 +126,20 @@ class Net:
     # -- loading -------------------------------------------------------------------------------
 
     async def load_param(self, source: str | os.PathLike[str] | bytes | IO[Any]) -> None:
-        """Parse a text ``.param`` and create its layers (no weights, no GPU work yet)."""
+        """Parse a text ``.param`` and create its layers (no weights, no GPU work yet).
+
+        Arguments:
+            source: a path (``~`` expanded), the file's bytes, or a file object.
+
+        Raises:
+            FileNotFoundError: the path names no file (an OSError, with the path).
+            ModelFormatError: the file is malformed (its message names file, line and field).
+
+        Example::
+
+            await net.load_param("model.param")
+            print(net.input_names, net.output_names)
+        """
         start = time.perf_counter()
         if self._compiler_at_load_param:
             self._prepare_compiler()
@@ -133,7 +157,24 @@ class Net:
         *,
         progress: Progress | None = None,
     ) -> None:
-        """Read weights, then build every pipeline concurrently while weights upload."""
+        """Read weights, then build every pipeline concurrently while weights upload.
+
+        Arguments:
+            source: a path (``~`` expanded), the file's bytes, or a file object.
+            progress: called as ``progress(done, total)`` while pipelines are built.
+
+        Raises:
+            FileNotFoundError: the path names no file (an OSError, with the path).
+            ModelFormatError: ``load_param`` was not called, or the weights do not fit the
+                ``.param`` (the message names the layer and the offset).
+            DeviceError: the Vulkan device failed (``NoDeviceError`` when
+                ``Option(use_vulkan_compute=True)`` asks for one and there is none).
+
+        Example::
+
+            await net.load_param("model.param")
+            await net.load_model("model.bin")
+        """
         if self.graph is None:
             raise ModelFormatError("load_param must be called before load_model")
         await self._retire_model()

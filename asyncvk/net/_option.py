@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,11 @@ class Option:
     Every field is checked when the Option is made: a wrong type raises TypeError, an
     impossible value or combination (``cache_dir`` without ``graph_key``) ValueError, each
     naming the field.
+
+    Example::
+
+        opt = asyncvk.Option(use_fp16_storage=True, cache_dir="~/.cache/asyncvk", graph_key="m")
+        net = asyncvk.Net(opt)
     """
 
     use_vulkan_compute: bool | None = None
@@ -57,6 +62,16 @@ class Option:
 
     def __post_init__(self) -> None:
         self.check()
+
+    def __repr__(self) -> str:
+        """The fields set away from their defaults (a remote URL and its key shown as set)."""
+        changed = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == f.default:
+                continue
+            changed.append(f"{f.name}={value!r}" if f.repr else f"{f.name}=<set>")
+        return f"Option({', '.join(changed)})"
 
     def check(self) -> None:
         """Raise TypeError or ValueError, naming the field, for a setting that cannot work."""

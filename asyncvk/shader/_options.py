@@ -68,6 +68,7 @@ class ShaderOptions:
 
     @property
     def bits(self) -> int:
+        """The options as ncnn's ``opt_bits``: part of every pipeline's cache key."""
         return (
             self.use_fp16_storage << 0
             | self.use_fp16_arithmetic << 1
