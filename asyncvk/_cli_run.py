@@ -361,12 +361,12 @@ def cmd_cache_warm(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ._runner import parse_input_shape
     from ._server import run_server
+    from .serve._batcher import BatchSettings
 
     _check_cache_folder_args(args)
     _check_remote_cache_arg(args)
     return run_server(
-        args.param,
-        args.bin,
+        _served_models(args),
         host=args.host,
         port=args.port,
         cache_dir=args.cache_dir,
@@ -382,4 +382,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle_plans_per_shape=args.idle_plans_per_shape,
         plan_idle_seconds=args.plan_idle_seconds,
         max_queue=args.max_queue,
+        batching=BatchSettings(
+            max_batch=args.max_batch,
+            max_queue_delay=args.max_queue_delay_us / 1e6,
+            max_queue=max(args.max_queue, 1),
+            max_inflight=args.max_inflight,
+        ),
     )
+
+
+def _served_models(args: argparse.Namespace) -> list[Any]:
+    """``PARAM BIN [--name NAME]`` or ``--models DIR``: one of the two."""
+    from .serve._repository import ModelFiles, find_models, name_for
+
+    if args.models:
+        if args.param or args.bin or args.name:
+            raise ValueError("--models DIR serves a folder: give no PARAM, BIN or --name with it")
+        return find_models(args.models)
+    if not args.param or not args.bin:
+        raise ValueError("serve needs PARAM and BIN, or --models DIR")
+    return [ModelFiles(args.name or name_for(args.param), args.param, args.bin)]

@@ -1,15 +1,19 @@
-"""The inference server behind ``asyncvk serve``: an aiohttp app around one shared Net.
+"""The inference server behind ``asyncvk serve``: an aiohttp app around one or more models.
 
 Why aiohttp: one well-maintained package gives both the asyncio server and the client the tests
 use, with graceful SIGTERM handling (``run_app``) and streaming request bodies, and it adds no
 ASGI layer between the event loop and the Net.
 
-The app accepts connections at once and loads the model in a background task: ``/ready``
-answers 503 until it is loaded (and, with ``warm_up`` shapes, has run once on zeros: the first
-run of a shape pays for its plan and, on lavapipe, for compiling every shader, 0.5-0.9 s for the
-test models, so the warm-up keeps that off the first request). Requests share the Net (each
-makes its own extractor), the cache folder saves in the background after loading and is flushed
-at shutdown, off the request path.
+It speaks the Open Inference Protocol (``/v2/...``, :mod:`asyncvk.serve._oip`) and its own
+``POST /infer``. Each model has its Net and its dynamic batcher (:mod:`asyncvk.serve._batcher`):
+concurrent requests of one shape join one GPU submission. All models share one device and,
+on the GPU, one pipeline cache.
+
+The app accepts connections at once and loads the models concurrently in a background task:
+``/ready`` answers 503 until every one is loaded (and, with ``warm_up`` shapes, has run once on
+zeros: the first run of a shape pays for its plan and, on lavapipe, for compiling every shader,
+0.5-0.9 s for the test models, so the warm-up keeps that off the first request). The cache
+folder saves in the background after loading and is flushed at shutdown, off the request path.
 
 A malformed or hostile request gets a 4xx with a one-line JSON message and leaves no traceback:
 a .npy body is checked against its header and the size limits before it is allocated
@@ -21,11 +25,11 @@ line and a count in ``asyncvk_client_disconnects_total``, not an error. JSON has
 Infinity: a JSON request holding them is a 400, and non-finite outputs are written as ``null``,
 with their count in the reply's ``non_finite`` field.
 
-Memory follows the load, not the clients: each inference of one input shape needs a plan (its
-blob memory), at most ``Option.max_plans_per_shape`` are made, and further requests wait for one
-in arrival order; ``max_queue`` bounds how many wait per shape, beyond which the answer is a
-503 with ``Retry-After``. Plans idle for ``Option.plan_idle_seconds`` are released (down to
-``Option.idle_plans_per_shape``), so what a burst took is given back after it.
+Memory follows the load, not the clients: requests wait in their model's queue in arrival
+order, ``max_queue`` bounds how many wait, beyond which the answer is a 503 with
+``Retry-After``; each batch needs a plan (its blob memory), at most
+``Option.max_plans_per_shape`` per batch size. Plans idle for ``Option.plan_idle_seconds`` are
+released (down to ``Option.idle_plans_per_shape``), so what a burst took is given back after it.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import numpy as np
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ._errors import AsyncVkError, InputTooLargeError
+from ._errors import AsyncVkError, InputError, InputTooLargeError
 from ._input_limits import check_input_size
 from ._server_body import (
     BODY_TIMEOUT,
@@ -55,15 +59,20 @@ from ._server_body import (
     max_body_message,
     read_inputs,
 )
+from .cache._pipeline_cache import PipelineCache
 from .cache._remote_state import metric_lines as remote_metric_lines
+from .net._extractor import has_batch_axis
 from .net._net import Net
 from .net._option import Option
-from .net._plan_pool import PlanQueueFull, check_settings
+from .net._plan_pool import check_settings
+from .serve._batcher import Batcher, BatchSettings, QueueFull
+from .serve._oip import MODELS_KEY, add_routes
+from .serve._repository import ModelFiles, ServedModel, name_for
 
 log = logging.getLogger("asyncvk.serve")
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-#: requests that may wait for a plan, per input shape (serve --max-queue): beyond it, 503
+#: requests that may wait, per model (serve --max-queue): beyond it, 503
 MAX_QUEUE = 256
 #: seconds a client told 503 (a full queue) is asked to wait before trying again
 RETRY_AFTER = 1
@@ -128,9 +137,16 @@ async def infer(request: web.Request) -> web.Response:
 
 
 async def _infer(request: web.Request, state: ServerState) -> web.Response:
-    if not state.ready:
-        return _error(503, state.error or "the model is still loading")
-    net = request.app[NET_KEY]
+    models = request.app[MODELS_KEY]
+    name = request.query.get("model")
+    if name is None and len(models) > 1:
+        return _error(400, f"name the model: /infer?model=NAME (models: {', '.join(models)})")
+    model = models.get(name) if name is not None else next(iter(models.values()))
+    if model is None:
+        return _error(400, f"unknown model {name!r} (models: {', '.join(models)})")
+    if not model.ready:
+        return _error(503, model.error or state.error or "the model is still loading")
+    net = model.net
     outputs = request.query.getall("output", []) or net.output_names
     for output in outputs:
         if output not in net.blob_index:
@@ -139,13 +155,12 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
         inputs, encoding = await read_inputs(request, net)
         if not inputs:
             return _error(400, "no inputs in the request")
-        ex = net.create_extractor()
-        for name, array in inputs.items():
-            if name not in net.input_names:
-                return _error(400, f"unknown input {name!r} (inputs: {net.input_names})")
-            ex.input(name, np.asarray(array, dtype=np.float32))
-        results = await ex.extract_many(outputs)
-    except PlanQueueFull as exc:
+        for input_name in inputs:
+            if input_name not in net.input_names:
+                return _error(400, f"unknown input {input_name!r} (inputs: {net.input_names})")
+        batched, items = _with_batch_axis(net, inputs)
+        results = await model.batcher.infer(items, outputs)
+    except QueueFull as exc:
         log.info("request refused, busy: %s", exc)
         response = _error(503, f"busy: {exc} (server --max-queue); try again")
         response.headers["Retry-After"] = str(RETRY_AFTER)
@@ -162,8 +177,28 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
     except (AsyncVkError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         return _error(400, str(message))
+    if not batched:
+        results = {n: a[0] for n, a in results.items()}
     body, kind = await asyncio.to_thread(encode_reply, results, encoding)
     return web.Response(body=body, content_type=kind)
+
+
+def _with_batch_axis(
+    net: Net, inputs: Mapping[str, np.ndarray]
+) -> tuple[bool, dict[str, np.ndarray]]:
+    """Whether the inputs came with a batch axis, and each input with one (as the batcher
+    takes them): ``Extractor.input``'s rule, one for all inputs."""
+    graph = net.graph
+    assert graph is not None
+    found = {
+        name: has_batch_axis(graph, graph.blob_index[name], np.ndim(array))
+        for name, array in inputs.items()
+    }
+    if len(set(found.values())) > 1:
+        raise InputError(f"every input needs the batch axis, or none does: {found}")
+    batched = next(iter(found.values()))
+    arrays = {n: np.asarray(a, np.float32) for n, a in inputs.items()}
+    return batched, arrays if batched else {n: a[np.newaxis] for n, a in arrays.items()}
 
 
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:
@@ -197,9 +232,58 @@ async def ready(request: web.Request) -> web.Response:
     return web.json_response({"ready": False}, status=503)
 
 
+#: what each metric means, for its ``# HELP`` line
+HELP = {
+    "asyncvk_requests_total": "HTTP inference requests answered, by status code",
+    "asyncvk_request_duration_seconds": "time from a request's arrival to its answer",
+    "asyncvk_client_disconnects_total": "clients gone before their request body arrived",
+    "asyncvk_model_requests_total": "requests that reached the model's batcher",
+    "asyncvk_model_inferences_total": "items inferred (a request of N items counts N)",
+    "asyncvk_model_failures_total": "requests whose batch failed",
+    "asyncvk_model_refused_total": "requests refused: the model's queue was full (503)",
+    "asyncvk_model_dropped_total": "requests dropped before the GPU: their client went away",
+    "asyncvk_model_batches_total": "batches run: one GPU submission per segment each",
+    "asyncvk_model_queue_seconds_total": "time requests waited before their batch started",
+    "asyncvk_model_compute_seconds_total": "time batches took, from start to outputs",
+    "asyncvk_model_batch_size": "batches by their number of items",
+    "asyncvk_model_queue_waiting": "requests waiting in the model's queue now",
+    "asyncvk_model_batches_running": "batches of the model on the GPU now",
+    "asyncvk_model_ready": "1 once the model is loaded",
+    "asyncvk_model_load_seconds": "time the model took to load (and warm up)",
+    "asyncvk_model_warm_up_seconds": "time the model's warm-up inference took",
+    "asyncvk_model_load_warm": "1 when the model's cache folder was warm",
+    "asyncvk_plans": "plans (working memory) made and not released",
+    "asyncvk_plans_lent": "plans in use by an inference",
+    "asyncvk_plans_waiting": "inferences waiting for a plan",
+    "asyncvk_plans_peak": "the most plans one request kind has held at once",
+    "asyncvk_plans_built_total": "plans made",
+    "asyncvk_plans_released_total": "plans released",
+    "asyncvk_device_memory_reserved_bytes": "device memory the allocator holds",
+    "asyncvk_device_memory_used_bytes": "device memory in use",
+    "asyncvk_pipeline_cache_live_hits": "pipelines found live in the cache",
+    "asyncvk_spirv_compiles": "shaders compiled from GLSL",
+    "asyncvk_spirv_packaged": "shaders taken from the install's SPIR-V",
+    "asyncvk_spirv_cache_hits": "shaders taken from a cache file",
+    "asyncvk_pipelines_created": "Vulkan pipelines created",
+    "asyncvk_ready": "1 once every model is loaded",
+}
+
+
+def with_help(lines: list[str]) -> list[str]:
+    """``lines`` with a ``# HELP`` line before each ``# TYPE`` line."""
+    out = []
+    for line in lines:
+        if line.startswith("# TYPE "):
+            name = line.split()[2]
+            text = HELP.get(name, name.removeprefix("asyncvk_").replace("_", " "))
+            out.append(f"# HELP {name} {text}")
+        out.append(line)
+    return out
+
+
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE_KEY]
-    net = request.app[NET_KEY]
+    models = request.app[MODELS_KEY]
     lines = ["# TYPE asyncvk_requests_total counter"]
     for code, count in sorted(state.codes.items()):
         lines.append(f'asyncvk_requests_total{{code="{code}"}} {count}')
@@ -211,9 +295,12 @@ async def metrics(request: web.Request) -> web.Response:
     lines.append(f"asyncvk_request_duration_seconds_count {state.latency_count}")
     lines.append("# TYPE asyncvk_client_disconnects_total counter")
     lines.append(f"asyncvk_client_disconnects_total {state.disconnects}")
+    lines += _model_lines(list(models.values()))
+    net = next(iter(models.values())).net
     lines += _plan_lines(net)
-    if net.cache is not None:
-        s = net.cache.statistics()
+    cache = request.app[CACHE_KEY].cache or net.cache
+    if cache is not None:
+        s = cache.statistics()
         for name, value in (
             ("pipeline_cache_live_hits", s.live_hits),
             ("spirv_compiles", s.spirv_compiles),
@@ -236,9 +323,58 @@ async def metrics(request: web.Request) -> web.Response:
         f"asyncvk_ready {int(state.ready)}",
     ]
     return web.Response(
-        body=("\n".join(lines) + "\n").encode(),
+        body=("\n".join(with_help(lines)) + "\n").encode(),
         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
     )
+
+
+def _model_lines(models: list[ServedModel]) -> list[str]:
+    """Each model's batcher: requests, queue time, batch sizes and compute time, by label."""
+    lines: list[str] = []
+
+    def family(name: str, kind: str, value: Any) -> None:
+        lines.append(f"# TYPE {name} {kind}")
+        for m in models:
+            lines.append(f'{name}{{model="{m.name}"}} {value(m)}')
+
+    def stats(m: ServedModel) -> Any:
+        return m.batcher.statistics
+
+    family("asyncvk_model_requests_total", "counter", lambda m: stats(m).requests)
+    family("asyncvk_model_inferences_total", "counter", lambda m: stats(m).items)
+    family("asyncvk_model_failures_total", "counter", lambda m: stats(m).failed)
+    family("asyncvk_model_refused_total", "counter", lambda m: stats(m).refused)
+    family("asyncvk_model_dropped_total", "counter", lambda m: stats(m).dropped)
+    family("asyncvk_model_batches_total", "counter", lambda m: stats(m).batches)
+    family(
+        "asyncvk_model_queue_seconds_total", "counter", lambda m: f"{stats(m).queue_seconds:.6f}"
+    )
+    family(
+        "asyncvk_model_compute_seconds_total",
+        "counter",
+        lambda m: f"{stats(m).compute_seconds:.6f}",
+    )
+    family("asyncvk_model_queue_waiting", "gauge", lambda m: m.batcher.waiting())
+    family("asyncvk_model_batches_running", "gauge", lambda m: m.batcher.inflight())
+    family("asyncvk_model_ready", "gauge", lambda m: int(m.ready))
+    lines.append("# TYPE asyncvk_model_batch_size histogram")
+    for m in models:
+        sizes = stats(m).batch_sizes
+        count = 0
+        for bound in BATCH_BUCKETS:
+            count = sum(n for size, n in sizes.items() if size <= bound)
+            lines.append(
+                f'asyncvk_model_batch_size_bucket{{model="{m.name}",le="{bound}"}} {count}'
+            )
+        total = sum(sizes.values())
+        lines.append(f'asyncvk_model_batch_size_bucket{{model="{m.name}",le="+Inf"}} {total}')
+        lines.append(f'asyncvk_model_batch_size_sum{{model="{m.name}"}} {stats(m).items}')
+        lines.append(f'asyncvk_model_batch_size_count{{model="{m.name}"}} {total}')
+    return lines
+
+
+#: the batch size histogram's bounds
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 def _plan_lines(net: Net) -> list[str]:
@@ -288,9 +424,30 @@ async def _infer_zeros(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
         raise ValueError(f"warm-up with {dict(shapes)}: {exc}") from exc
 
 
+class SharedCache:
+    """The pipeline cache every model's Net shares (made at load, on the GPU only)."""
+
+    def __init__(self) -> None:
+        self.cache: PipelineCache | None = None
+
+
+CACHE_KEY: web.AppKey[SharedCache] = web.AppKey("pipeline_cache", SharedCache)
+
+
 def create_app(
     param: str,
     model: str,
+    *,
+    name: str | None = None,
+    **settings: Any,
+) -> web.Application:
+    """The app for one model (named ``name``, by default after its files; see
+    :func:`create_models_app` for the settings)."""
+    return create_models_app([ModelFiles(name or name_for(param), param, model)], **settings)
+
+
+def create_models_app(
+    models: list[ModelFiles],
     *,
     option: Option | None = None,
     max_body: int = 64 << 20,
@@ -298,40 +455,54 @@ def create_app(
     body_timeout: float = BODY_TIMEOUT,
     exit_on_load_error: bool = False,
     max_queue: int = MAX_QUEUE,
+    batching: BatchSettings | None = None,
 ) -> web.Application:
-    """The app: loads the model in the background once it starts; mount it anywhere.
+    """The app: loads the models in the background once it starts; mount it anywhere.
 
     ``max_body`` bounds a request's bytes, decoded and over all its parts (else 413).
     ``warm_up`` maps input names to shapes: one inference on zeros runs before ``/ready``.
     ``body_timeout`` is the seconds a request's whole body may take to arrive (else 408).
     ``exit_on_load_error``: a model that fails to load shuts the process down (SIGTERM to
     itself, exit status 1) so that a supervisor restarts it; else ``/ready`` reports the error.
-    ``max_queue``: requests that may wait for a plan of one input shape (beyond it, 503); it
-    takes the place of ``option.max_waiting_per_shape``. ``option``'s ``max_plans_per_shape``,
-    ``idle_plans_per_shape`` and ``plan_idle_seconds`` say how many plans, so how much working
-    memory, a burst may take and how soon it is given back.
+    ``max_queue``: requests that may wait per model (beyond it, 503); it takes the place of
+    ``batching.max_queue``. ``option``'s ``max_plans_per_shape``, ``idle_plans_per_shape``
+    and ``plan_idle_seconds`` say how many plans, so how much working memory, a burst may take
+    and how soon it is given back; its ``graph_key`` names the cache folder's entry of a lone
+    model (each model's name otherwise).
     """
     if not body_timeout > 0:
         raise ValueError(f"body_timeout must be positive, got {body_timeout}")
     if max_body < 1:
         raise ValueError(f"max_body must be at least 1 byte, got {max_body}")
-    option = dataclasses.replace(option or Option(), max_waiting_per_shape=max_queue)
+    if not models:
+        raise ValueError("no model to serve")
+    names = [m.name for m in models]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two models have one name: {sorted(names)}")
+    option = option or Option()
     check_settings(  # refused now, not once the model has loaded
         option.max_plans_per_shape,
         option.idle_plans_per_shape,
         option.plan_idle_seconds,
         option.max_waiting_per_shape,
     )
+    batching = dataclasses.replace(batching or BatchSettings(), max_queue=max(max_queue, 1))
     app = web.Application(client_max_size=max_body)
-    net = Net(option)
+    served: dict[str, ServedModel] = {}
+    for files in models:
+        net = Net(_model_option(option, files, lone=len(models) == 1))
+        served[files.name] = ServedModel(files, net, Batcher(net, batching))
     state = ServerState()
-    app[NET_KEY] = net
+    shared = SharedCache()
+    app[MODELS_KEY] = served
+    app[NET_KEY] = next(iter(served.values())).net
     app[STATE_KEY] = state
+    app[CACHE_KEY] = shared
     app[BODY_TIMEOUT_KEY] = float(body_timeout)
 
     async def on_startup(app: web.Application) -> None:
         state.loading = asyncio.create_task(
-            _load(net, state, param, model, warm_up, exit_on_load_error)
+            _load_all(served, state, shared, option, warm_up, exit_on_load_error)
         )
 
     app.on_startup.append(on_startup)
@@ -339,46 +510,85 @@ def create_app(
     app.router.add_get("/ready", ready)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/infer", infer, expect_handler=expect_continue)
+    add_routes(app)
     return app
 
 
-async def _load(
-    net: Net,
+def _model_option(option: Option, files: ModelFiles, *, lone: bool) -> Option:
+    """A model's Option: the server's, with the model's own entry in the cache folder."""
+    if option.cache_dir is None or (lone and option.graph_key):
+        return dataclasses.replace(option)
+    return dataclasses.replace(option, graph_key=files.name)
+
+
+async def _load_all(
+    served: dict[str, ServedModel],
     state: ServerState,
-    param: str,
-    model: str,
+    shared: SharedCache,
+    option: Option,
     warm_up: Mapping[str, tuple[int, ...]] | None,
     exit_on_load_error: bool,
 ) -> None:
-    """The app's background load: the model, then the warm-up; a failure goes to ``/ready``
-    (and, with ``exit_on_load_error``, shuts the process down)."""
+    """Every model at once, on one device and one pipeline cache; the server is ready when all
+    are (a failure goes to ``/ready`` and, with ``exit_on_load_error``, shuts it down)."""
     start = time.perf_counter()
-    log.info("loading %s and %s", param, model)
     try:
-        await net.load_param(param)
-        await net.load_model(model)
-        if warm_up:
-            t0 = time.perf_counter()
-            await _warm_up(net, warm_up)
-            state.warm_up_seconds = time.perf_counter() - t0
+        if len(served) > 1 and option.pipeline_cache is None:
+            shared.cache = await asyncio.to_thread(_open_shared_cache, option)
+            for model in served.values():
+                if shared.cache is not None:
+                    model.net.opt = dataclasses.replace(model.net.opt, pipeline_cache=shared.cache)
+        await asyncio.gather(*(_load(m, warm_up) for m in served.values()))
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         state.error = f"{type(exc).__name__}: {exc}"
-        log.error("model failed to load: %s", state.error)
+        log.error("a model failed to load: %s", state.error)
         if exit_on_load_error:
             state.exit_code = 1
             log.error("shutting down (--stay-up-on-load-error keeps the server up instead)")
             os.kill(os.getpid(), signal.SIGTERM)
         return
     state.load_seconds = time.perf_counter() - start
+    state.warm_up_seconds = max(m.warm_up_seconds for m in served.values())
     state.ready = True
-    log.info("ready in %.2f s (%s)", state.load_seconds, _cache_summary(net))
+    log.info("ready in %.2f s", state.load_seconds)
+
+
+def _open_shared_cache(option: Option) -> PipelineCache | None:
+    """The models' one pipeline cache, on the device they share (None on the CPU path)."""
+    from .gpu import get_gpu_count, get_gpu_device
+
+    if option.use_vulkan_compute is False or get_gpu_count() == 0:
+        return None
+    device = get_gpu_device(option.vulkan_device)
+    return PipelineCache(device, max_workers=option.num_compile_threads)
+
+
+async def _load(model: ServedModel, warm_up: Mapping[str, tuple[int, ...]] | None) -> None:
+    """One model: its files, then the warm-up; its error is kept on it, and raised."""
+    net, files = model.net, model.files
+    start = time.perf_counter()
+    log.info("loading %s: %s and %s", files.name, files.param, files.bin)
+    try:
+        await net.load_param(files.param)
+        await net.load_model(files.bin)
+        if warm_up:
+            t0 = time.perf_counter()
+            await _warm_up(net, warm_up)
+            model.warm_up_seconds = time.perf_counter() - t0
+    except Exception as exc:
+        model.error = f"{files.name}: {type(exc).__name__}: {exc}"
+        raise
+    model.load_seconds = time.perf_counter() - start
+    model.ready = True
+    log.info("%s ready in %.2f s (%s)", files.name, model.load_seconds, _cache_summary(net))
 
 
 async def _on_cleanup(app: web.Application) -> None:
-    """Shutdown: stop a load still running, then close the Net (its cache folder saves first)."""
-    state, net = app[STATE_KEY], app[NET_KEY]
+    """Shutdown: stop a load still running, then close the Nets (their cache folders save
+    first), then the pipeline cache they shared."""
+    state = app[STATE_KEY]
     log.info("shutting down")
     if state.loading is not None and not state.loading.done():
         state.loading.cancel()
@@ -386,10 +596,15 @@ async def _on_cleanup(app: web.Application) -> None:
             await state.loading
         except asyncio.CancelledError:
             pass
-    await net.aclose()  # flushes the cache folder's save first
-    saved = (net.cache_status or {}).get("saved")
-    if saved:
-        log.info("pipeline cache saved to %s", saved)
+    for model in app[MODELS_KEY].values():
+        net = model.net
+        await net.aclose()  # flushes the cache folder's save first
+        saved = (net.cache_status or {}).get("saved")
+        if saved:
+            log.info("pipeline cache of %s saved to %s", model.name, saved)
+    shared = app[CACHE_KEY].cache
+    if shared is not None:
+        await shared.aclose()
 
 
 def _cache_summary(net: Net) -> str:
@@ -418,8 +633,7 @@ class _MalformedHttpIsOneLine(logging.Filter):
 
 
 def run_server(
-    param: str,
-    model: str,
+    models: list[ModelFiles],
     *,
     host: str = "127.0.0.1",
     port: int = 8080,
@@ -436,8 +650,9 @@ def run_server(
     idle_plans_per_shape: int = Option.idle_plans_per_shape,
     plan_idle_seconds: float = Option.plan_idle_seconds,
     max_queue: int = MAX_QUEUE,
+    batching: BatchSettings | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU.
+    """Serve ``models`` until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU.
 
     ``max_plans_per_shape``, ``idle_plans_per_shape``, ``plan_idle_seconds`` and ``max_queue``
     bound the working memory and the requests waiting for it (see :func:`create_app`).
@@ -457,15 +672,15 @@ def run_server(
         idle_plans_per_shape=idle_plans_per_shape,
         plan_idle_seconds=plan_idle_seconds,
     )
-    app = create_app(
-        param,
-        model,
+    app = create_models_app(
+        models,
         option=option,
         max_body=max_body,
         warm_up=warm_up,
         body_timeout=body_timeout,
         exit_on_load_error=not stay_up_on_load_error,
         max_queue=max_queue,
+        batching=batching,
     )
 
     def announce(*_: Any) -> None:

@@ -111,6 +111,17 @@ class _Budget:
         return b"".join(chunks)
 
 
+async def read_body(request: web.Request, limit: int | None = None) -> bytes:
+    """The whole body, within ``--max-body`` (or ``limit``, if lower) and ``--body-timeout``
+    (413 and 408 as :func:`read_inputs` answers them)."""
+    over = max_body_message(request)
+    cap = request.client_max_size if limit is None else min(limit, request.client_max_size)
+    check_content_length(request, cap, over)
+    deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
+    budget = _Budget(request, deadline, cap, over)
+    return await budget.read(lambda: request.content.read(READ_CHUNK), "the body")
+
+
 class _NonFiniteJson(ValueError):
     """NaN, Infinity or -Infinity: Python's json reads them, but they are not JSON."""
 

@@ -360,10 +360,40 @@ def _add_model_commands(sub: _Subparsers) -> None:
 
 
 def _add_serve_command(sub: _Subparsers) -> None:
-    """``serve``: an HTTP inference server for one model."""
-    serve = sub.add_parser("serve", help="an HTTP inference server for one model")
-    serve.add_argument("param")
-    serve.add_argument("bin")
+    """``serve``: an HTTP inference server for one model or a folder of them."""
+    serve = sub.add_parser(
+        "serve", help="an HTTP inference server (Open Inference Protocol) for one or more models"
+    )
+    serve.add_argument("param", nargs="?", help="the model's .param (or --models DIR)")
+    serve.add_argument("bin", nargs="?", help="the model's .bin")
+    serve.add_argument(
+        "--models", metavar="DIR", help="serve every DIR/NAME/model.param + model.bin as NAME"
+    )
+    serve.add_argument(
+        "--name", help="the model's name in URLs (default: the .param's name, or its folder's)"
+    )
+    serve.add_argument(
+        "--max-batch",
+        type=_count(1),
+        default=32,
+        metavar="N",
+        help="items that concurrent requests may join into one GPU submission (default: 32)",
+    )
+    serve.add_argument(
+        "--max-queue-delay-us",
+        type=_count(0),
+        default=0,
+        metavar="US",
+        help="microseconds a request may wait for others to join its batch (default: 0: none; "
+        "batches still form from what arrives while the GPU is busy)",
+    )
+    serve.add_argument(
+        "--max-inflight",
+        type=_count(1),
+        default=2,
+        metavar="N",
+        help="batches of one model on the GPU at once (default: 2)",
+    )
     serve.add_argument("--host", type=_host, default="127.0.0.1")
     serve.add_argument("--port", type=_port, default=8080, help="0: any free port")
     serve.add_argument("--cache-dir", metavar="DIR")
@@ -411,8 +441,7 @@ def _add_serve_command(sub: _Subparsers) -> None:
         type=_count(0),
         default=256,
         metavar="N",
-        help="requests that may wait per input shape; beyond it, 503 with Retry-After "
-        "(default: 256)",
+        help="requests that may wait per model; beyond it, 503 with Retry-After (default: 256)",
     )
     serve.add_argument(
         "--idle-plans-per-shape",

@@ -18,6 +18,8 @@ from aiohttp.test_utils import TestServer
 
 from asyncvk import Option
 from asyncvk._server import NET_KEY, STATE_KEY, create_app
+from asyncvk.serve._batcher import BatchSettings
+from asyncvk.serve._oip import MODELS_KEY
 from asyncvk.net._plan import PlanRequest
 
 CUNET = Path(__file__).parent / "models" / "cunet"
@@ -49,10 +51,11 @@ async def _serve(param: Path, model: Path, **kwargs: Any) -> AsyncIterator[TestS
 
 @pytest.fixture
 async def one_plan() -> AsyncIterator[TestServer]:
-    """cunet with one plan per shape and room for two requests to wait for it."""
+    """cunet with one plan per shape, one batch at a time, and room for two requests to wait."""
     option = Option(max_plans_per_shape=1, plan_idle_seconds=0)
+    batching = BatchSettings(max_inflight=1)
     async for server in _serve(
-        CUNET / "model.param", CUNET / "model.bin", option=option, max_queue=2
+        CUNET / "model.param", CUNET / "model.bin", option=option, max_queue=2, batching=batching
     ):
         yield server
 
@@ -84,27 +87,36 @@ async def test_requests_past_the_queue_are_503_and_the_rest_wait_their_turn(
             async with http.post(one_plan.make_url("/infer"), data=_npy(x), headers=headers) as r:
                 return r.status, await r.read(), dict(r.headers)
 
-        waiting = [asyncio.create_task(post()) for _ in range(2)]
-        while pool.statistics().waiting < 2:  # noqa: ASYNC110 (HTTP has no event to wait on)
-            await asyncio.sleep(0.01)
+        # the first request's batch waits for the held plan; two more wait in the queue
+        batcher = one_plan.app[MODELS_KEY]["cunet"].batcher
+        waiting = []
+        for queued in (0, 1, 2):
+            waiting.append(asyncio.create_task(post()))
+            while pool.statistics().waiting < 1 or batcher.waiting() < queued:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # (HTTP has no event to wait on)
         status, body, headers = await post()
         assert status == 503, body
         assert headers["Retry-After"] == "1"
         assert b"(server --max-queue); try again" in body
         stats = pool.statistics()
-        assert (stats.plans, stats.lent, stats.waiting) == (1, 1, 2), stats
+        assert (stats.plans, stats.lent, stats.waiting) == (1, 1, 1), stats
 
         await pool.give_back(held)
         answers = await asyncio.gather(*waiting)
-        assert [a[0] for a in answers] == [200, 200]
-        y0, y1 = (np.load(io.BytesIO(a[1])) for a in answers)
+        assert [a[0] for a in answers] == [200, 200, 200]
+        y0, y1, y2 = (np.load(io.BytesIO(a[1])) for a in answers)
         np.testing.assert_array_equal(y0, y1)
+        np.testing.assert_array_equal(y0, y2)
         assert np.linalg.norm(y0 - np.load(CUNET / "output.npy")) < 1e-3 * np.linalg.norm(y0)
 
         metrics = await _metrics(http, one_plan)
     assert metrics['asyncvk_requests_total{code="503"}'] == 1
-    assert metrics["asyncvk_plans_peak"] == 1
-    assert metrics["asyncvk_plans"] == 1 and metrics["asyncvk_plans_waiting"] == 0
+    assert metrics['asyncvk_model_refused_total{model="cunet"}'] == 1
+    # the first request alone, then the two that waited as one batch
+    assert metrics['asyncvk_model_batches_total{model="cunet"}'] == 2
+    assert metrics['asyncvk_model_batch_size_bucket{model="cunet",le="1"}'] == 1
+    assert metrics['asyncvk_model_batch_size_bucket{model="cunet",le="2"}'] == 2
+    assert metrics["asyncvk_plans_peak"] == 1 and metrics["asyncvk_plans_waiting"] == 0
 
 
 @pytest.fixture

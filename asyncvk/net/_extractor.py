@@ -110,7 +110,7 @@ class Extractor:
         if dtype.kind not in "fiu":  # real numbers become float32; bool, complex, text do not
             raise InputError(f"input {name!r}: dtype {dtype} is not a real number type")
         data = np.asarray(array, dtype=np.float32)
-        batched = _has_batch_axis(graph, index, data.ndim) if batch_axis is None else batch_axis
+        batched = has_batch_axis(graph, index, data.ndim) if batch_axis is None else batch_axis
         item_dims = data.ndim - batched
         if not 1 <= item_dims <= MAX_ITEM_DIMS:
             what = "items of a batch" if batched else "inputs"
@@ -218,7 +218,7 @@ class Extractor:
             gpu_model.leave()
 
 
-def _has_batch_axis(graph: Graph, blob: int, ndim: int) -> bool:
+def has_batch_axis(graph: Graph, blob: int, ndim: int) -> bool:
     """Whether an array of ``ndim`` dims for ``blob`` has a batch axis: one dim more than the
     ``Input`` layer declares, or, where none declares a shape, 4 or 5 dims."""
     producer = graph.producer.get(blob)

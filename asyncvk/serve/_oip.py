@@ -1,0 +1,402 @@
+"""The Open Inference Protocol (KServe v2) over HTTP, as Triton's clients speak it.
+
+Health, server and model metadata, model readiness, the model configuration extension
+(Triton's ``config.pbtxt`` as JSON, which ``tritonclient`` reads), the statistics extension,
+the repository index, and inference with tensors as JSON or, with the binary tensor data
+extension, as raw bytes after the JSON header (``Inference-Header-Content-Length``).
+
+Tensors carry the batch axis first (the configuration says ``max_batch_size``): a request of N
+items joins the model's batcher as N items, and its outputs come back with N. An input whose
+dims are those of the model's blob (no batch axis) runs as one item and is answered without one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from .._errors import AsyncVkError, InputError, InputTooLargeError
+from .._input_limits import check_input_size
+from .._server_body import RequestError, read_body
+from .._version import __version__
+from ..net._extractor import has_batch_axis
+from ._batcher import QueueFull
+from ._repository import ServedModel
+
+MODELS_KEY: web.AppKey[dict[str, ServedModel]] = web.AppKey("models", dict)
+#: the header that splits a binary request or reply into its JSON and its tensor bytes
+HEADER_LENGTH = "Inference-Header-Content-Length"
+#: the protocol's datatypes that hold real numbers, as numpy reads their bytes (little-endian)
+DATATYPES = {
+    "FP16": "<f2",
+    "FP32": "<f4",
+    "FP64": "<f8",
+    "INT8": "i1",
+    "INT16": "<i2",
+    "INT32": "<i4",
+    "INT64": "<i8",
+    "UINT8": "u1",
+    "UINT16": "<u2",
+    "UINT32": "<u4",
+    "UINT64": "<u8",
+}
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
+RETRY_AFTER = 1
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def add_routes(app: web.Application) -> None:
+    """The protocol's endpoints on ``app`` (its models under ``MODELS_KEY``)."""
+    r = app.router
+    r.add_get("/v2", server_metadata)
+    r.add_get("/v2/health/live", live)
+    r.add_get("/v2/health/ready", server_ready)
+    r.add_post("/v2/repository/index", repository_index)
+    r.add_get("/v2/models/stats", all_statistics)
+    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        r.add_get(base, model_metadata)
+        r.add_get(f"{base}/ready", model_ready)
+        r.add_get(f"{base}/config", model_config)
+        r.add_get(f"{base}/stats", model_statistics)
+        r.add_post(f"{base}/infer", infer)
+
+
+def _model(request: web.Request) -> ServedModel:
+    """The model the URL names (404 for another name or version)."""
+    models = request.app[MODELS_KEY]
+    name = request.match_info["name"]
+    model = models.get(name)
+    if model is None:
+        raise RequestError(404, f"unknown model {name!r} (models: {', '.join(models)})")
+    version = request.match_info.get("version")
+    if version is not None and version not in model.versions:
+        raise RequestError(404, f"model {name!r} has no version {version!r} (versions: 1)")
+    return model
+
+
+def _answers(handler: Any) -> Any:
+    """A handler whose RequestError becomes the protocol's ``{"error": ...}`` reply."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except RequestError as exc:
+            return _error(exc.status, str(exc))
+
+    wrapped.__name__ = handler.__name__
+    wrapped.__doc__ = handler.__doc__
+    return wrapped
+
+
+@_answers
+async def server_metadata(request: web.Request) -> web.Response:
+    return web.json_response({"name": "asyncvk", "version": __version__, "extensions": EXTENSIONS})
+
+
+async def live(request: web.Request) -> web.Response:
+    return web.json_response({"live": True})
+
+
+async def server_ready(request: web.Request) -> web.Response:
+    """200 once every model is loaded (503 before: a load balancer sends nothing yet)."""
+    ready = all(m.ready for m in request.app[MODELS_KEY].values())
+    return web.json_response({"ready": ready}, status=200 if ready else 503)
+
+
+@_answers
+async def model_ready(request: web.Request) -> web.Response:
+    model = _model(request)
+    return web.json_response(
+        {"name": model.name, "ready": model.ready}, status=200 if model.ready else 503
+    )
+
+
+@_answers
+async def repository_index(request: web.Request) -> web.Response:
+    return web.json_response(
+        [
+            {"name": m.name, "version": "1", "state": "READY" if m.ready else "UNAVAILABLE"}
+            | ({"reason": m.error} if m.error else {})
+            for m in request.app[MODELS_KEY].values()
+        ]
+    )
+
+
+def _tensors(model: ServedModel, names: list[str]) -> list[dict[str, Any]]:
+    """Each blob with its datatype and its shape as the ``.param`` declares it, batch axis
+    first (-1 for a size not known before a request)."""
+    shapes = declared_shapes(model)
+    return [{"name": n, "datatype": "FP32", "shape": [-1, *(shapes.get(n) or [-1])]} for n in names]
+
+
+def declared_shapes(model: ServedModel) -> dict[str, list[int]]:
+    """Every blob's shape that the ``.param``'s declared input shapes determine."""
+    graph = model.net.graph
+    if graph is None:
+        return {}
+    shapes: dict[int, tuple[int, ...]] = {}
+    for node in graph.nodes:
+        if node.layer.type_name == "Input":
+            declared = getattr(node.layer, "declared_shape", None)
+            if declared is None:
+                continue
+            shapes[node.tops[0]] = declared
+            continue
+        if not all(b in shapes for b in node.bottoms):
+            continue
+        try:
+            outs = node.layer.checked_output_shapes([shapes[b] for b in node.bottoms])
+        except (ValueError, IndexError, KeyError, ArithmeticError):
+            continue
+        shapes.update(zip(node.tops, (tuple(map(int, s)) for s in outs), strict=True))
+    return {graph.blob_names[b]: list(s) for b, s in shapes.items()}
+
+
+@_answers
+async def model_metadata(request: web.Request) -> web.Response:
+    model = _model(request)
+    return web.json_response(
+        {
+            "name": model.name,
+            "versions": list(model.versions),
+            "platform": "asyncvk_ncnn",
+            "inputs": _tensors(model, model.net.input_names),
+            "outputs": _tensors(model, model.net.output_names),
+        }
+    )
+
+
+@_answers
+async def model_config(request: web.Request) -> web.Response:
+    """The model's configuration in Triton's form (``config.pbtxt`` as JSON)."""
+    model = _model(request)
+    settings = model.batcher.settings
+
+    def entries(names: list[str]) -> list[dict[str, Any]]:
+        return [
+            {"name": t["name"], "data_type": "TYPE_FP32", "dims": t["shape"][1:]}
+            for t in _tensors(model, names)
+        ]
+
+    return web.json_response(
+        {
+            "name": model.name,
+            "platform": "asyncvk_ncnn",
+            "backend": "asyncvk",
+            "max_batch_size": settings.max_batch,
+            "input": entries(model.net.input_names),
+            "output": entries(model.net.output_names),
+            "dynamic_batching": {
+                "max_queue_delay_microseconds": round(settings.max_queue_delay * 1e6),
+                "default_queue_policy": {"max_queue_size": settings.max_queue},
+            },
+            "instance_group": [{"count": settings.max_inflight, "kind": "KIND_GPU"}],
+        }
+    )
+
+
+def _duration(count: int, seconds: float) -> dict[str, int]:
+    return {"count": count, "ns": round(seconds * 1e9)}
+
+
+def _statistics(model: ServedModel) -> dict[str, Any]:
+    """The statistics extension's entry for ``model`` (Triton's field names)."""
+    s = model.batcher.statistics
+    return {
+        "name": model.name,
+        "version": "1",
+        "last_inference": model.last_inference_ms,
+        "inference_count": s.items,
+        "execution_count": s.batches,
+        "inference_stats": {
+            "success": _duration(s.succeeded, s.queue_seconds + s.compute_seconds),
+            "fail": _duration(s.failed + s.refused, 0.0),
+            "queue": _duration(s.succeeded + s.failed, s.queue_seconds),
+            "compute_input": _duration(s.batches, 0.0),
+            "compute_infer": _duration(s.batches, s.compute_seconds),
+            "compute_output": _duration(s.batches, 0.0),
+        },
+        "batch_stats": [
+            {"batch_size": size, "compute_infer": _duration(count, 0.0)}
+            for size, count in sorted(s.batch_sizes.items())
+        ],
+    }
+
+
+@_answers
+async def model_statistics(request: web.Request) -> web.Response:
+    return web.json_response({"model_stats": [_statistics(_model(request))]})
+
+
+async def all_statistics(request: web.Request) -> web.Response:
+    models = request.app[MODELS_KEY].values()
+    return web.json_response({"model_stats": [_statistics(m) for m in models]})
+
+
+# -- inference -----------------------------------------------------------------------------------
+
+
+@_answers
+async def infer(request: web.Request) -> web.Response:
+    model = _model(request)
+    if not model.ready:
+        return _error(503, model.error or f"model {model.name!r} is still loading")
+    body = await read_body(request)
+    try:
+        header, tensors = _split_body(request, body)
+        inputs, batched, wanted, binary = _parse_request(model, header, tensors)
+        results = await model.batcher.infer(inputs, wanted)
+    except QueueFull as exc:
+        response = _error(503, f"busy: {exc}; try again")
+        response.headers["Retry-After"] = str(RETRY_AFTER)
+        return response
+    except InputTooLargeError as exc:
+        return _error(413, str(exc))
+    except (AsyncVkError, ValueError) as exc:
+        return _error(400, str(exc))
+    model.last_inference_ms = int(time.time() * 1000)
+    if not batched:
+        results = {n: a[0] for n, a in results.items()}
+    return _reply(model, header.get("id"), results, binary)
+
+
+def _split_body(request: web.Request, body: bytes) -> tuple[dict[str, Any], memoryview]:
+    """The JSON header and the tensor bytes after it (none without the binary extension)."""
+    length_text = request.headers.get(HEADER_LENGTH)
+    length = len(body)
+    if length_text is not None:
+        if not length_text.isdigit() or int(length_text) > len(body):
+            raise ValueError(
+                f"{HEADER_LENGTH}: {length_text!r} must be the JSON's byte count, at most the "
+                f"body's {len(body)}"
+            )
+        length = int(length_text)
+    try:
+        header = json.loads(bytes(body[:length]))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"the request's JSON does not parse: {exc}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
+        raise ValueError('expected a JSON object with "inputs": [...]')
+    return header, memoryview(body)[length:]
+
+
+def _parse_request(
+    model: ServedModel, header: dict[str, Any], tensors: memoryview
+) -> tuple[dict[str, np.ndarray], bool, list[str] | None, dict[str, bool]]:
+    """The inputs (batch axis first), whether the request had that axis, the outputs asked for
+    (None: all) and, per output, whether it goes back as binary data."""
+    net = model.net
+    graph = net.graph
+    assert graph is not None
+    inputs: dict[str, np.ndarray] = {}
+    batched: set[bool] = set()
+    offset = 0
+    for tensor in header["inputs"]:
+        name, array, used = _input_tensor(tensor, tensors[offset:])
+        offset += used
+        if name not in net.input_names:
+            raise InputError(f"unknown input {name!r} (inputs: {net.input_names})")
+        if name in inputs:
+            raise InputError(f"input {name!r} sent twice")
+        has_axis = has_batch_axis(graph, graph.blob_index[name], array.ndim)
+        batched.add(has_axis)
+        inputs[name] = array if has_axis else array[np.newaxis]
+    if offset != len(tensors):
+        raise ValueError(
+            f"{len(tensors) - offset} bytes of binary data after the last input's "
+            "(binary_data_size must add up to the body after the JSON)"
+        )
+    if len(batched) > 1:
+        raise InputError("every input needs the batch axis, or none does")
+    everything_binary = bool((header.get("parameters") or {}).get("binary_data_output", False))
+    binary: dict[str, bool] = {}
+    wanted: list[str] | None = None
+    if header.get("outputs"):
+        wanted = []
+        for output in header["outputs"]:
+            if not isinstance(output, dict) or not isinstance(output.get("name"), str):
+                raise ValueError('each of "outputs" must be {"name": ...}')
+            wanted.append(output["name"])
+            params = output.get("parameters") or {}
+            binary[output["name"]] = bool(params.get("binary_data", everything_binary))
+    for name in net.output_names if wanted is None else wanted:
+        binary.setdefault(name, everything_binary)
+    return inputs, batched != {False}, wanted, binary
+
+
+def _input_tensor(tensor: Any, tensors: memoryview) -> tuple[str, np.ndarray, int]:
+    """One input: its name, its array and the binary bytes it took."""
+    if not isinstance(tensor, dict):
+        raise ValueError('each of "inputs" must be {"name", "shape", "datatype", ...}')
+    name, shape, datatype = tensor.get("name"), tensor.get("shape"), tensor.get("datatype")
+    if not isinstance(name, str) or not isinstance(shape, list) or not isinstance(datatype, str):
+        raise ValueError('each input needs "name", "shape" (a list) and "datatype"')
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise ValueError(f"input {name!r}: shape {shape} must be a list of integers")
+    dtype = DATATYPES.get(datatype)
+    if dtype is None:
+        raise InputError(
+            f"input {name!r}: datatype {datatype} is not a real number type "
+            f"({', '.join(DATATYPES)})"
+        )
+    check_input_size(f"input {name!r}", shape, np.dtype(dtype))
+    count = int(np.prod(shape))
+    size = (tensor.get("parameters") or {}).get("binary_data_size")
+    if size is not None:
+        want = count * np.dtype(dtype).itemsize
+        if size != want or size > len(tensors):
+            raise ValueError(
+                f"input {name!r}: binary_data_size {size} for shape {shape} {datatype} must be "
+                f"{want}, and the body holds {len(tensors)} bytes after the JSON"
+            )
+        array = np.frombuffer(tensors[:size], dtype).reshape(shape)
+        return name, np.asarray(array, np.float32), size
+    data = tensor.get("data")
+    if data is None:
+        raise ValueError(f"input {name!r} has neither data nor binary_data_size")
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"input {name!r}: data is not {datatype} numbers: {exc}") from None
+    if array.size != count:
+        raise ValueError(f"input {name!r}: {array.size} values for shape {shape}")
+    return name, array.reshape(shape).astype(np.float32), 0
+
+
+def _reply(
+    model: ServedModel, request_id: Any, results: dict[str, np.ndarray], binary: dict[str, bool]
+) -> web.Response:
+    outputs = []
+    chunks = []
+    for name, array in results.items():
+        entry: dict[str, Any] = {"name": name, "datatype": "FP32", "shape": list(array.shape)}
+        if binary.get(name):
+            raw = np.ascontiguousarray(array, "<f4").tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            finite = np.isfinite(array)
+            if finite.all():
+                entry["data"] = array.reshape(-1).tolist()
+            else:  # JSON has no NaN or Infinity
+                cells = array.reshape(-1).astype(object)
+                cells[~finite.reshape(-1)] = None
+                entry["data"] = cells.tolist()
+        outputs.append(entry)
+    reply: dict[str, Any] = {"model_name": model.name, "model_version": "1", "outputs": outputs}
+    if request_id is not None:
+        reply["id"] = request_id
+    text = json.dumps(reply, allow_nan=False).encode()
+    if not chunks:
+        return web.Response(body=text, content_type="application/json")
+    response = web.Response(body=text + b"".join(chunks), content_type="application/octet-stream")
+    response.headers[HEADER_LENGTH] = str(len(text))
+    return response
