@@ -117,6 +117,12 @@ async def read_body(request: web.Request, limit: int | None = None) -> bytes:
     over = max_body_message(request)
     cap = request.client_max_size if limit is None else min(limit, request.client_max_size)
     check_content_length(request, cap, over)
+    content = request.content
+    if content.is_eof():  # all of it came with the headers: no deadline to keep
+        body = content.read_nowait(-1)
+        if len(body) > cap:
+            raise RequestError(413, f"{over} while reading the body")
+        return body
     deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
     budget = _Budget(request, deadline, cap, over)
     return await budget.read(lambda: request.content.read(READ_CHUNK), "the body")
