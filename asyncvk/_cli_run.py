@@ -388,6 +388,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_queue=max(args.max_queue, 1),
             max_inflight=args.max_inflight,
         ),
+        folder=args.models,
+        poll_seconds=args.poll_models,
     )
 
 
@@ -395,6 +397,10 @@ def _served_models(args: argparse.Namespace) -> list[Any]:
     """``PARAM BIN [--name NAME]`` or ``--models DIR``: one of the two."""
     from .serve._repository import ModelFiles, find_models, name_for
 
+    if not args.poll_models >= 0:
+        raise ValueError(f"--poll-models {args.poll_models}: must be 0 (off) or more seconds")
+    if args.poll_models and not args.models:
+        raise ValueError("--poll-models follows a --models DIR folder: give one")
     if args.models:
         if args.param or args.bin or args.name:
             raise ValueError("--models DIR serves a folder: give no PARAM, BIN or --name with it")

@@ -49,7 +49,6 @@ from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from ._errors import AsyncVkError, InputError, InputTooLargeError
-from ._input_limits import check_input_size
 from ._server_body import (
     BODY_TIMEOUT,
     BODY_TIMEOUT_KEY,
@@ -59,15 +58,14 @@ from ._server_body import (
     max_body_message,
     read_inputs,
 )
-from .cache._pipeline_cache import PipelineCache
 from .cache._remote_state import metric_lines as remote_metric_lines
 from .net._extractor import has_batch_axis
 from .net._net import Net
 from .net._option import Option
 from .net._plan_pool import check_settings
-from .serve._batcher import Batcher, BatchSettings, QueueFull
-from .serve._oip import MODELS_KEY, add_routes
-from .serve._repository import ModelFiles, ServedModel, name_for
+from .serve._batcher import BatchSettings, QueueFull
+from .serve._oip import MODELS_KEY, REPOSITORY_KEY, add_routes
+from .serve._repository import ModelFiles, Repository, ServedModel, name_for
 
 log = logging.getLogger("asyncvk.serve")
 
@@ -83,6 +81,7 @@ class ServerState:
 
     def __init__(self) -> None:
         self.loading: asyncio.Task[None] | None = None
+        self.polling: asyncio.Task[None] | None = None
         self.ready = False
         self.error: str | None = None
         self.load_seconds = 0.0
@@ -296,9 +295,9 @@ async def metrics(request: web.Request) -> web.Response:
     lines.append("# TYPE asyncvk_client_disconnects_total counter")
     lines.append(f"asyncvk_client_disconnects_total {state.disconnects}")
     lines += _model_lines(list(models.values()))
-    net = next(iter(models.values())).net
+    net = next(iter(models.values())).net if models else request.app[NET_KEY]
     lines += _plan_lines(net)
-    cache = request.app[CACHE_KEY].cache or net.cache
+    cache = request.app[REPOSITORY_KEY].cache or net.cache
     if cache is not None:
         s = cache.statistics()
         for name, value in (
@@ -399,41 +398,6 @@ def _plan_lines(net: Net) -> list[str]:
     return lines
 
 
-async def _warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
-    """One inference on zeros; then the pipelines built in the background (the Winograd passes
-    on lavapipe, which waits for a first inference to compile them) are adopted and, if any
-    were, a second inference records the plan again with them: /ready means none is left."""
-    before = net.gpu_model.pipelines_version if net.gpu_model is not None else 0
-    await _infer_zeros(net, shapes)
-    await net.background_builds()
-    if net.gpu_model is not None and net.gpu_model.pipelines_version != before:
-        await _infer_zeros(net, shapes)
-
-
-async def _infer_zeros(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
-    ex = net.create_extractor()
-    for name, shape in shapes.items():
-        check_input_size(f"warm-up input {name}", shape)
-        try:
-            ex.input(name, np.zeros(shape, np.float32))
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"warm-up input {name}={shape}: {exc}") from exc
-    try:
-        await ex.extract_many(net.output_names)
-    except AsyncVkError as exc:
-        raise ValueError(f"warm-up with {dict(shapes)}: {exc}") from exc
-
-
-class SharedCache:
-    """The pipeline cache every model's Net shares (made at load, on the GPU only)."""
-
-    def __init__(self) -> None:
-        self.cache: PipelineCache | None = None
-
-
-CACHE_KEY: web.AppKey[SharedCache] = web.AppKey("pipeline_cache", SharedCache)
-
-
 def create_app(
     param: str,
     model: str,
@@ -456,11 +420,14 @@ def create_models_app(
     exit_on_load_error: bool = False,
     max_queue: int = MAX_QUEUE,
     batching: BatchSettings | None = None,
+    folder: str | None = None,
+    poll_seconds: float = 0.0,
 ) -> web.Application:
     """The app: loads the models in the background once it starts; mount it anywhere.
 
     ``max_body`` bounds a request's bytes, decoded and over all its parts (else 413).
-    ``warm_up`` maps input names to shapes: one inference on zeros runs before ``/ready``.
+    ``warm_up`` maps input names to shapes: one inference on zeros runs before ``/ready`` (with
+    several models, each takes the shapes of its own inputs).
     ``body_timeout`` is the seconds a request's whole body may take to arrive (else 408).
     ``exit_on_load_error``: a model that fails to load shuts the process down (SIGTERM to
     itself, exit status 1) so that a supervisor restarts it; else ``/ready`` reports the error.
@@ -468,7 +435,9 @@ def create_models_app(
     ``batching.max_queue``. ``option``'s ``max_plans_per_shape``, ``idle_plans_per_shape``
     and ``plan_idle_seconds`` say how many plans, so how much working memory, a burst may take
     and how soon it is given back; its ``graph_key`` names the cache folder's entry of a lone
-    model (each model's name otherwise).
+    model (each model's name otherwise). ``folder``: the models came from it (``--models``), and
+    a load through the protocol's repository extension may name any model in it;
+    ``poll_seconds`` (with a folder) brings the models in line with it that often.
     """
     if not body_timeout > 0:
         raise ValueError(f"body_timeout must be positive, got {body_timeout}")
@@ -488,22 +457,20 @@ def create_models_app(
     )
     batching = dataclasses.replace(batching or BatchSettings(), max_queue=max(max_queue, 1))
     app = web.Application(client_max_size=max_body)
-    served: dict[str, ServedModel] = {}
-    for files in models:
-        net = Net(_model_option(option, files, lone=len(models) == 1))
-        served[files.name] = ServedModel(files, net, Batcher(net, batching))
+    repository = Repository(
+        models, option=option, batching=batching, warm_up=warm_up, folder=folder
+    )
     state = ServerState()
-    shared = SharedCache()
-    app[MODELS_KEY] = served
-    app[NET_KEY] = next(iter(served.values())).net
+    app[REPOSITORY_KEY] = repository
+    app[MODELS_KEY] = repository.models
+    app[NET_KEY] = next(iter(repository.models.values())).net
     app[STATE_KEY] = state
-    app[CACHE_KEY] = shared
     app[BODY_TIMEOUT_KEY] = float(body_timeout)
 
     async def on_startup(app: web.Application) -> None:
-        state.loading = asyncio.create_task(
-            _load_all(served, state, shared, option, warm_up, exit_on_load_error)
-        )
+        state.loading = asyncio.create_task(_load_all(repository, state, exit_on_load_error))
+        if folder is not None and poll_seconds > 0:
+            state.polling = asyncio.create_task(_poll(repository, state, poll_seconds))
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(_on_cleanup)
@@ -514,31 +481,12 @@ def create_models_app(
     return app
 
 
-def _model_option(option: Option, files: ModelFiles, *, lone: bool) -> Option:
-    """A model's Option: the server's, with the model's own entry in the cache folder."""
-    if option.cache_dir is None or (lone and option.graph_key):
-        return dataclasses.replace(option)
-    return dataclasses.replace(option, graph_key=files.name)
-
-
-async def _load_all(
-    served: dict[str, ServedModel],
-    state: ServerState,
-    shared: SharedCache,
-    option: Option,
-    warm_up: Mapping[str, tuple[int, ...]] | None,
-    exit_on_load_error: bool,
-) -> None:
-    """Every model at once, on one device and one pipeline cache; the server is ready when all
-    are (a failure goes to ``/ready`` and, with ``exit_on_load_error``, shuts it down)."""
+async def _load_all(repository: Repository, state: ServerState, exit_on_load_error: bool) -> None:
+    """Every model at once; the server is ready when all are (a failure goes to ``/ready`` and,
+    with ``exit_on_load_error``, shuts it down)."""
     start = time.perf_counter()
     try:
-        if len(served) > 1 and option.pipeline_cache is None:
-            shared.cache = await asyncio.to_thread(_open_shared_cache, option)
-            for model in served.values():
-                if shared.cache is not None:
-                    model.net.opt = dataclasses.replace(model.net.opt, pipeline_cache=shared.cache)
-        await asyncio.gather(*(_load(m, warm_up) for m in served.values()))
+        await repository.open()
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -550,71 +498,33 @@ async def _load_all(
             os.kill(os.getpid(), signal.SIGTERM)
         return
     state.load_seconds = time.perf_counter() - start
-    state.warm_up_seconds = max(m.warm_up_seconds for m in served.values())
+    state.warm_up_seconds = max((m.warm_up_seconds for m in repository.models.values()), default=0)
     state.ready = True
     log.info("ready in %.2f s", state.load_seconds)
 
 
-def _open_shared_cache(option: Option) -> PipelineCache | None:
-    """The models' one pipeline cache, on the device they share (None on the CPU path)."""
-    from .gpu import get_gpu_count, get_gpu_device
-
-    if option.use_vulkan_compute is False or get_gpu_count() == 0:
-        return None
-    device = get_gpu_device(option.vulkan_device)
-    return PipelineCache(device, max_workers=option.num_compile_threads)
-
-
-async def _load(model: ServedModel, warm_up: Mapping[str, tuple[int, ...]] | None) -> None:
-    """One model: its files, then the warm-up; its error is kept on it, and raised."""
-    net, files = model.net, model.files
-    start = time.perf_counter()
-    log.info("loading %s: %s and %s", files.name, files.param, files.bin)
-    try:
-        await net.load_param(files.param)
-        await net.load_model(files.bin)
-        if warm_up:
-            t0 = time.perf_counter()
-            await _warm_up(net, warm_up)
-            model.warm_up_seconds = time.perf_counter() - t0
-    except Exception as exc:
-        model.error = f"{files.name}: {type(exc).__name__}: {exc}"
-        raise
-    model.load_seconds = time.perf_counter() - start
-    model.ready = True
-    log.info("%s ready in %.2f s (%s)", files.name, model.load_seconds, _cache_summary(net))
+async def _poll(repository: Repository, state: ServerState, seconds: float) -> None:
+    """``--poll-models``: the models follow their folder, once the first load is done."""
+    if state.loading is not None:
+        await asyncio.wait([state.loading])
+    while True:
+        await asyncio.sleep(seconds)
+        await repository.poll()
 
 
 async def _on_cleanup(app: web.Application) -> None:
-    """Shutdown: stop a load still running, then close the Nets (their cache folders save
-    first), then the pipeline cache they shared."""
+    """Shutdown: stop a load still running, then retire every model (its queued requests
+    answered, its cache folder saved), then the pipeline cache they shared."""
     state = app[STATE_KEY]
     log.info("shutting down")
-    if state.loading is not None and not state.loading.done():
-        state.loading.cancel()
-        try:
-            await state.loading
-        except asyncio.CancelledError:
-            pass
-    for model in app[MODELS_KEY].values():
-        net = model.net
-        await net.aclose()  # flushes the cache folder's save first
-        saved = (net.cache_status or {}).get("saved")
-        if saved:
-            log.info("pipeline cache of %s saved to %s", model.name, saved)
-    shared = app[CACHE_KEY].cache
-    if shared is not None:
-        await shared.aclose()
-
-
-def _cache_summary(net: Net) -> str:
-    """How the load went for the pipeline cache, in words for the console."""
-    status = net.cache_status
-    if status is None:
-        return "no pipeline cache folder"
-    if status.get("loaded"):
-        return f"pipeline cache warm: {status.get('entries_used', 0)} SPIR-V entries used"
-    return f"pipeline cache cold: {status.get('reason', 'not loaded')}"
+    for task in (state.polling, state.loading):
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+    await app[REPOSITORY_KEY].close()
 
 
 class _MalformedHttpIsOneLine(logging.Filter):
@@ -651,6 +561,8 @@ def run_server(
     plan_idle_seconds: float = Option.plan_idle_seconds,
     max_queue: int = MAX_QUEUE,
     batching: BatchSettings | None = None,
+    folder: str | None = None,
+    poll_seconds: float = 0.0,
 ) -> int:
     """Serve ``models`` until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU.
 
@@ -681,6 +593,8 @@ def run_server(
         exit_on_load_error=not stay_up_on_load_error,
         max_queue=max_queue,
         batching=batching,
+        folder=folder,
+        poll_seconds=poll_seconds,
     )
 
     def announce(*_: Any) -> None:

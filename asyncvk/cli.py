@@ -373,6 +373,14 @@ def _add_serve_command(sub: _Subparsers) -> None:
         "--name", help="the model's name in URLs (default: the .param's name, or its folder's)"
     )
     serve.add_argument(
+        "--poll-models",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --models: load new NAME folders, reload changed models and unload removed "
+        "ones this often (default: 0, never; the repository API still loads and unloads)",
+    )
+    serve.add_argument(
         "--max-batch",
         type=_count(1),
         default=32,

@@ -23,6 +23,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -225,6 +226,13 @@ class Batcher:
                 r.future.set_result({n: a[offset : offset + r.items] for n, a in results.items()})
                 stats.succeeded += 1
             offset += r.items
+
+    async def drain(self) -> None:
+        """Return once every request taken so far has its answer (or was dropped)."""
+        while self._queue or self._running:
+            pending: list[asyncio.Future[Any]] = [r.future for r in self._queue]
+            pending += self._running
+            await asyncio.wait(pending)
 
     def waiting(self) -> int:
         """Requests in the queue now."""

@@ -25,9 +25,10 @@ from .._server_body import RequestError, read_body
 from .._version import __version__
 from ..net._extractor import has_batch_axis
 from ._batcher import QueueFull
-from ._repository import ServedModel
+from ._repository import Repository, ServedModel, UnknownModel
 
 MODELS_KEY: web.AppKey[dict[str, ServedModel]] = web.AppKey("models", dict)
+REPOSITORY_KEY: web.AppKey[Repository] = web.AppKey("repository", Repository)
 #: the header that splits a binary request or reply into its JSON and its tensor bytes
 HEADER_LENGTH = "Inference-Header-Content-Length"
 #: the protocol's datatypes that hold real numbers, as numpy reads their bytes (little-endian)
@@ -59,6 +60,8 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/v2/health/live", live)
     r.add_get("/v2/health/ready", server_ready)
     r.add_post("/v2/repository/index", repository_index)
+    r.add_post("/v2/repository/models/{name}/load", load_model)
+    r.add_post("/v2/repository/models/{name}/unload", unload_model)
     r.add_get("/v2/models/stats", all_statistics)
     for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         r.add_get(base, model_metadata)
@@ -128,6 +131,30 @@ async def repository_index(request: web.Request) -> web.Response:
             for m in request.app[MODELS_KEY].values()
         ]
     )
+
+
+@_answers
+async def load_model(request: web.Request) -> web.Response:
+    """The repository extension's load: the model (again), from its folder or its files; the
+    one serving now answers until the new one is ready. 200 once it is."""
+    name = request.match_info["name"]
+    try:
+        await request.app[REPOSITORY_KEY].load(name)
+    except UnknownModel as exc:
+        return _error(404, str(exc.args[0]))
+    except (AsyncVkError, OSError, ValueError) as exc:
+        return _error(400, f"{name} did not load: {exc}")
+    return web.json_response({})
+
+
+@_answers
+async def unload_model(request: web.Request) -> web.Response:
+    """The repository extension's unload: the name goes now, its queued requests are answered."""
+    try:
+        await request.app[REPOSITORY_KEY].unload(request.match_info["name"])
+    except UnknownModel as exc:
+        return _error(404, str(exc.args[0]))
+    return web.json_response({})
 
 
 def _tensors(model: ServedModel, names: list[str]) -> list[dict[str, Any]]:

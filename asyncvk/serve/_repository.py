@@ -3,15 +3,32 @@ named one by one, each with its Net and its batcher, all on one device and one p
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import logging
 import os
 import re
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from .._errors import AsyncVkError
+from .._input_limits import check_input_size
+from ..cache._pipeline_cache import PipelineCache
 from ..net._net import Net
-from ._batcher import Batcher
+from ..net._option import Option
+from ._batcher import Batcher, BatchSettings
+
+log = logging.getLogger("asyncvk.serve")
 
 #: what a model's name may hold: it is a URL path segment and a metrics label
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+class UnknownModel(LookupError):
+    """No model of that name is served, or (with a folder) in the folder."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +93,240 @@ class ServedModel:
     #: wall-clock time of the last inference, in ms since the epoch (0: none yet)
     last_inference_ms: int = 0
     versions: tuple[str, ...] = field(default=("1",))
+    #: the files' (mtime, size) when they were loaded: a poll reloads the model when they change
+    stamp: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
         return self.files.name
+
+
+def _stamp(files: ModelFiles) -> tuple[int, ...]:
+    """What changes when either file is replaced or rewritten (0s for a file gone)."""
+    out: list[int] = []
+    for path in (files.param, files.bin):
+        try:
+            st = os.stat(path)
+        except OSError:
+            out += [0, 0]
+        else:
+            out += [st.st_mtime_ns, st.st_size]
+    return tuple(out)
+
+
+class Repository:
+    """The models being served, by name; loads, reloads and unloads them while requests run.
+
+    A model loads into a Net and batcher of its own; a reload builds the new ones beside the
+    old, swaps them in once loaded (requests that arrive meanwhile are served by the old), then
+    retires the old once every request it took has its answer. An unload takes the name away
+    at once and retires the model the same way. Requests to other models never wait for any of
+    it. With a folder (``--models DIR``), :meth:`poll` loads new ``NAME`` folders, reloads
+    models whose files changed and unloads those whose folder went away.
+    """
+
+    def __init__(
+        self,
+        files: list[ModelFiles],
+        *,
+        option: Option,
+        batching: BatchSettings,
+        warm_up: Mapping[str, tuple[int, ...]] | None = None,
+        folder: str | None = None,
+    ) -> None:
+        self.option = option
+        self.batching = batching
+        self.warm_up = dict(warm_up or {})
+        self.folder = folder
+        self.strict_warm_up = len(files) == 1 and folder is None
+        #: the pipeline cache every model shares (on the GPU; made by :meth:`open`)
+        self.cache: PipelineCache | None = None
+        self.models: dict[str, ServedModel] = {f.name: self._make(f) for f in files}
+        self._busy: dict[str, asyncio.Lock] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    def _make(self, files: ModelFiles) -> ServedModel:
+        option = self.option
+        if option.cache_dir is not None and not (self.strict_warm_up and option.graph_key):
+            option = dataclasses.replace(option, graph_key=files.name)
+        if self.cache is not None:
+            option = dataclasses.replace(option, pipeline_cache=self.cache)
+        net = Net(dataclasses.replace(option))
+        return ServedModel(files, net, Batcher(net, self.batching))
+
+    async def open(self) -> None:
+        """Every model at once, on one device and one pipeline cache; raises the first error
+        (each model keeps its own in ``error``)."""
+        if self.option.pipeline_cache is None:
+            self.cache = await asyncio.to_thread(_open_shared_cache, self.option)
+        else:
+            self.cache = self.option.pipeline_cache
+        if self.cache is not None:
+            for model in self.models.values():
+                model.net.opt = dataclasses.replace(model.net.opt, pipeline_cache=self.cache)
+        await asyncio.gather(*(self._load_into(m) for m in self.models.values()))
+
+    async def _load_into(self, model: ServedModel) -> None:
+        net, files = model.net, model.files
+        start = time.perf_counter()
+        log.info("loading %s: %s and %s", files.name, files.param, files.bin)
+        stamp = _stamp(files)
+        try:
+            await net.load_param(files.param)
+            await net.load_model(files.bin)
+            shapes = self._warm_up_shapes(net)
+            if shapes:
+                t0 = time.perf_counter()
+                await warm_up(net, shapes)
+                model.warm_up_seconds = time.perf_counter() - t0
+        except Exception as exc:
+            model.error = f"{files.name}: {type(exc).__name__}: {exc}"
+            raise
+        model.stamp = stamp
+        model.load_seconds = time.perf_counter() - start
+        model.ready = True
+        log.info("%s ready in %.2f s (%s)", files.name, model.load_seconds, cache_summary(net))
+
+    def _warm_up_shapes(self, net: Net) -> dict[str, tuple[int, ...]]:
+        """The warm-up shapes for ``net``: all of them for a lone model (a wrong name is its
+        load error), else those of its own inputs."""
+        if self.strict_warm_up:
+            return self.warm_up
+        return {n: s for n, s in self.warm_up.items() if n in net.input_names}
+
+    async def load(self, name: str) -> ServedModel:
+        """Load ``name`` (again): from the folder, or from its own files. The model serving
+        now, if any, keeps serving until the new one is ready (UnknownModel for a name this
+        repository cannot find; the load's own error otherwise, with the old model kept).
+
+        Raises:
+            UnknownModel: the name is neither served nor in the folder.
+        """
+        async with self._busy.setdefault(name, asyncio.Lock()):
+            old = self.models.get(name)
+            files = self._files_for(name, old)
+            new = self._make(files)
+            try:
+                await self._load_into(new)
+            except BaseException:
+                await new.net.aclose()
+                raise
+            self.models[name] = new
+            if old is not None:
+                self._retire(old)
+            return new
+
+    def _files_for(self, name: str, old: ServedModel | None) -> ModelFiles:
+        if self.folder is not None:
+            param = os.path.join(self.folder, name, "model.param")
+            weights = os.path.join(self.folder, name, "model.bin")
+            if os.path.isfile(param) and os.path.isfile(weights):
+                return ModelFiles(name, param, weights)
+            if old is None:
+                raise UnknownModel(f"no {name}/model.param with its model.bin in {self.folder}")
+        if old is None:
+            raise UnknownModel(f"unknown model {name!r} (models: {', '.join(self.models)})")
+        return old.files
+
+    async def unload(self, name: str) -> None:
+        """Take ``name`` away now (its later requests are 404s) and retire it."""
+        async with self._busy.setdefault(name, asyncio.Lock()):
+            model = self.models.pop(name, None)
+            if model is None:
+                raise UnknownModel(f"unknown model {name!r} (models: {', '.join(self.models)})")
+            log.info("unloading %s", name)
+            self._retire(model)
+
+    def _retire(self, model: ServedModel) -> None:
+        task = asyncio.ensure_future(_retire(model))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def poll(self) -> None:
+        """Bring the models in line with the folder: new ones loaded, changed ones reloaded,
+        gone ones unloaded. A model that fails to load is logged and left as it was."""
+        if self.folder is None:
+            return
+        try:
+            found = {f.name: f for f in find_models(self.folder)}
+        except ValueError as exc:
+            log.warning("models folder: %s", exc)
+            found = {}
+        for name in list(self.models):
+            if name not in found:
+                await self.unload(name)
+        for name, files in found.items():
+            model = self.models.get(name)
+            if model is not None and _stamp(files) == model.stamp:
+                continue
+            if model is not None and not model.ready:
+                continue  # still loading: its own load will finish
+            try:
+                await self.load(name)
+            except Exception as exc:
+                log.error("%s did not load: %s", name, exc)
+
+    async def close(self) -> None:
+        """Retire every model (each after its queued requests), then the shared cache."""
+        for model in list(self.models.values()):
+            self._retire(model)
+        self.models.clear()
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+        if self.cache is not None and self.option.pipeline_cache is None:
+            await self.cache.aclose()
+
+
+async def _retire(model: ServedModel) -> None:
+    """A model no longer reachable: answer what it took, then close its Net."""
+    model.ready = False
+    await model.batcher.drain()
+    await model.net.aclose()  # flushes its cache folder's save first
+    saved = (model.net.cache_status or {}).get("saved")
+    if saved:
+        log.info("pipeline cache of %s saved to %s", model.name, saved)
+
+
+def _open_shared_cache(option: Option) -> PipelineCache | None:
+    """The models' one pipeline cache, on the device they share (None on the CPU path)."""
+    from ..gpu import get_gpu_count, get_gpu_device
+
+    if option.use_vulkan_compute is False or get_gpu_count() == 0:
+        return None
+    device = get_gpu_device(option.vulkan_device)
+    return PipelineCache(device, max_workers=option.num_compile_threads)
+
+
+async def warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """One inference on zeros; then the pipelines built in the background (the Winograd passes
+    on lavapipe, which waits for a first inference to compile them) are adopted and, if any
+    were, a second inference records the plan again with them: ready means none is left."""
+    before = net.gpu_model.pipelines_version if net.gpu_model is not None else 0
+    await _infer_zeros(net, shapes)
+    await net.background_builds()
+    if net.gpu_model is not None and net.gpu_model.pipelines_version != before:
+        await _infer_zeros(net, shapes)
+
+
+async def _infer_zeros(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    ex = net.create_extractor()
+    for name, shape in shapes.items():
+        check_input_size(f"warm-up input {name}", shape)
+        try:
+            ex.input(name, np.zeros(shape, np.float32))
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"warm-up input {name}={shape}: {exc}") from exc
+    try:
+        await ex.extract_many(net.output_names)
+    except AsyncVkError as exc:
+        raise ValueError(f"warm-up with {dict(shapes)}: {exc}") from exc
+
+
+def cache_summary(net: Net) -> str:
+    """How the load went for the pipeline cache, in words for the console."""
+    status = net.cache_status
+    if status is None:
+        return "no pipeline cache folder"
+    if status.get("loaded"):
+        return f"pipeline cache warm: {status.get('entries_used', 0)} SPIR-V entries used"
+    return f"pipeline cache cold: {status.get('reason', 'not loaded')}"
