@@ -365,8 +365,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     _check_cache_folder_args(args)
     _check_remote_cache_arg(args)
+    models = _served_models(args)
+    if args.workers > 1:
+        if args.port == 0:
+            raise ValueError("--workers shares one port: give it (--port 0 would pick one each)")
+        from .serve._workers import run_workers
+
+        return run_workers(args.argv, args.workers)
     return run_server(
-        _served_models(args),
+        models,
         host=args.host,
         port=args.port,
         cache_dir=args.cache_dir,
@@ -390,6 +397,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ),
         folder=args.models,
         poll_seconds=args.poll_models,
+        reuse_port=args.reuse_port,
+        warm_up_batches=args.warm_up_batches,
     )
 
 
@@ -399,6 +408,8 @@ def _served_models(args: argparse.Namespace) -> list[Any]:
 
     if not args.poll_models >= 0:
         raise ValueError(f"--poll-models {args.poll_models}: must be 0 (off) or more seconds")
+    if args.warm_up_batches and not args.warm_up:
+        raise ValueError("--warm-up-batches needs the shapes of --warm-up NAME=C,H,W")
     if args.poll_models and not args.models:
         raise ValueError("--poll-models follows a --models DIR folder: give one")
     if args.models:

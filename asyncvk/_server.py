@@ -422,6 +422,7 @@ def create_models_app(
     batching: BatchSettings | None = None,
     folder: str | None = None,
     poll_seconds: float = 0.0,
+    warm_up_batches: bool = False,
 ) -> web.Application:
     """The app: loads the models in the background once it starts; mount it anywhere.
 
@@ -438,6 +439,8 @@ def create_models_app(
     model (each model's name otherwise). ``folder``: the models came from it (``--models``), and
     a load through the protocol's repository extension may name any model in it;
     ``poll_seconds`` (with a folder) brings the models in line with it that often.
+    ``warm_up_batches``: the warm-up also records the plan of every batch size the batcher
+    makes.
     """
     if not body_timeout > 0:
         raise ValueError(f"body_timeout must be positive, got {body_timeout}")
@@ -458,7 +461,12 @@ def create_models_app(
     batching = dataclasses.replace(batching or BatchSettings(), max_queue=max(max_queue, 1))
     app = web.Application(client_max_size=max_body)
     repository = Repository(
-        models, option=option, batching=batching, warm_up=warm_up, folder=folder
+        models,
+        option=option,
+        batching=batching,
+        warm_up=warm_up,
+        folder=folder,
+        warm_up_batches=warm_up_batches,
     )
     state = ServerState()
     app[REPOSITORY_KEY] = repository
@@ -563,6 +571,8 @@ def run_server(
     batching: BatchSettings | None = None,
     folder: str | None = None,
     poll_seconds: float = 0.0,
+    reuse_port: bool = False,
+    warm_up_batches: bool = False,
 ) -> int:
     """Serve ``models`` until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU.
 
@@ -595,6 +605,7 @@ def run_server(
         batching=batching,
         folder=folder,
         poll_seconds=poll_seconds,
+        warm_up_batches=warm_up_batches,
     )
 
     def announce(*_: Any) -> None:
@@ -610,6 +621,7 @@ def run_server(
             handle_signals=True,
             access_log=logging.getLogger("aiohttp.access") if access_log else None,
             loop=_event_loop(),
+            reuse_port=reuse_port or None,
         )
     except OSError as exc:
         if exc.filename is None and exc.errno is not None:  # the address, said as the user typed it

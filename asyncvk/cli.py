@@ -87,6 +87,8 @@ def _start_opening_device(args: argparse.Namespace) -> None:
         args.cpu, args.device = True, None  # one spelling downstream: --cpu
     if args.func not in _DEVICE_COMMANDS or getattr(args, "cpu", False):
         return
+    if getattr(args, "workers", 1) > 1:
+        return  # the workers open their own; this process only watches them
     from .gpu import _driver_load
 
     _driver_load.start()
@@ -373,6 +375,21 @@ def _add_serve_command(sub: _Subparsers) -> None:
         "--name", help="the model's name in URLs (default: the .param's name, or its folder's)"
     )
     serve.add_argument(
+        "--workers",
+        type=_count(1),
+        default=1,
+        metavar="N",
+        help="server processes on the one port (SO_REUSEPORT), each with its own batcher, "
+        "sharing the GPU and the cache's files (default: 1)",
+    )
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    serve.add_argument(
+        "--warm-up-batches",
+        action="store_true",
+        help="with --warm-up: record the plan of every batch size the batcher makes (powers of "
+        "two up to --max-batch) before /ready, so a first burst records none",
+    )
+    serve.add_argument(
         "--poll-models",
         type=float,
         default=0.0,
@@ -546,7 +563,9 @@ def main(argv: Sequence[str] | None = None, *, release_at_exit: bool = True) -> 
     memory and handles to the OS, once every cache file is saved."""
     mark("main")
     parser = build_parser()
-    args = parser.parse_args(_debug_first(sys.argv[1:] if argv is None else argv))
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_debug_first(given))
+    args.argv = given
     args.release_at_exit = release_at_exit
     _exit_plain.append(args.func is cmd_serve)
     _start_opening_device(args)

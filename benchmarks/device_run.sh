@@ -59,10 +59,12 @@ for what in "$@"; do
       python3 benchmarks/remote_cache.py --runs "${RUNS:-5}" --models "${MODELS:-cunet,squeezenet,mobilenetv2,resnet18}" \
         --redis-server /tmp/redis/usr/bin/redis-server --redis-lib /tmp/redis/usr/lib/x86_64-linux-gnu \
         --out "$OUT/remote_cache_h100.json" >/dev/null; tail -c 2500 "$OUT/remote_cache_h100.json" ;;
-    serverthroughput)  # the server against in-process runs: MODELS, CLIENTS, SECONDS
+    serverthroughput)  # the server against in-process runs: MODELS, CLIENTS, SECONDS_PER_POINT,
+      # SERVE_ARGS (passed to asyncvk serve), DEVICE_TAG (the results file's suffix)
       python3 benchmarks/server_throughput.py --models "${MODELS:-squeezenet,mobilenetv2,rrdb}" \
         --shape rrdb=3,64,64 --clients "${CLIENTS:-1,4,16,64}" --seconds "${SECONDS_PER_POINT:-5}" \
-        --client-processes "${CLIENT_PROCESSES:-6}" --out "$OUT/server_throughput_${DEVICE_TAG:-h100}.json" 2>&1 | cut -c1-400 ;;
+        --client-processes "${CLIENT_PROCESSES:-6}" --out "$OUT/server_throughput_${DEVICE_TAG:-h100}.json" \
+        -- ${SERVE_ARGS:-} 2>&1 | cut -c1-400 ;;
     floor) python3 benchmarks/process_floor.py --processes "${RUNS:-9}" --out "$OUT/process_floor_h100.json" >/dev/null
       python3 -c 'import json, sys; [print(n, {k: v["median"] for k, v in c["summary"].items()}) for n, c in json.load(open(sys.argv[1]))["cases"].items()]' "$OUT/process_floor_h100.json" ;;
     gpusetup) python3 benchmarks/gpu_setup.py | tee "$OUT/gpu_setup_h100.json" ;;

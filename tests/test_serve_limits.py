@@ -176,3 +176,22 @@ async def test_multipart_parts_add_up_against_max_body(two_inputs: TestServer) -
     status, body = await _post_parts(two_inputs, {"in0": small, "in1": small * 2}, chunked=True)
     assert status == 200, body
     np.testing.assert_array_equal(np.load(io.BytesIO(body)), small * 3)
+
+
+async def test_warm_up_batches_records_every_batch_size_before_ready() -> None:
+    batching = BatchSettings(max_batch=4)
+    shapes = {"in0": (3, 32, 32)}
+    async for server in _serve(
+        CUNET / "model.param",
+        CUNET / "model.bin",
+        warm_up=shapes,
+        warm_up_batches=True,
+        batching=batching,
+    ):
+        net = server.app[MODELS_KEY]["cunet"].net
+        assert sorted({r.batch for r in net._plans}) == [1, 2, 4]
+        recorded = net.commands_recorded
+        batcher = server.app[MODELS_KEY]["cunet"].batcher
+        x = np.zeros((3, 3, 32, 32), np.float32)  # 3 items: a batch of 4
+        await batcher.infer({"in0": x})
+        assert net.commands_recorded == recorded  # replayed, none recorded
