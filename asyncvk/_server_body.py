@@ -68,7 +68,8 @@ async def read_by(
         raise RequestError(
             408, f"request body not received within {timeout:g} s (server --body-timeout)"
         ) from None
-    except (ConnectionError, PayloadEncodingError) as exc:  # reset, or EOF before the end
+    except (ConnectionError, PayloadEncodingError, asyncio.IncompleteReadError) as exc:
+        # reset, or EOF before the end
         raise ClientGone(f"{type(exc).__name__}: {exc}") from None
     except HttpProcessingError as exc:  # a multipart part's malformed headers, a bad encoding
         raise RequestError(400, f"{what}: {' '.join(str(exc).split())}") from None
@@ -123,6 +124,11 @@ async def read_body(request: web.Request, limit: int | None = None) -> bytes:
         if len(body) > cap:
             raise RequestError(413, f"{over} while reading the body")
         return body
+    length = request.content_length
+    if length is not None and "Content-Encoding" not in request.headers:
+        # the size is known and checked: one read, under one deadline, not one a chunk
+        deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
+        return await read_by(request, partial(content.readexactly, length), "the body", deadline)
     deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
     budget = _Budget(request, deadline, cap, over)
     return await budget.read(lambda: request.content.read(READ_CHUNK), "the body")

@@ -155,3 +155,52 @@ async def test_bad_requests_are_answered_in_words(server: TestServer) -> None:
     finally:
         await client.close()
     assert server.app[MODELS_KEY]["three"].batcher.statistics.failed == 1
+
+
+async def test_a_body_in_chunks_and_a_body_cut_short(server: TestServer) -> None:
+    """A binary request streamed without a Content-Length is read as it comes; one whose
+    client hangs up before its declared length leaves the server answering the next."""
+    import asyncio
+    import json
+
+    import aiohttp
+
+    x = _batch(1, seed=4)
+    raw = x.tobytes()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "data",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+            ],
+            "outputs": [{"name": "logits"}],
+        }
+    ).encode()
+    body = header + raw
+
+    async def stream() -> AsyncIterator[bytes]:
+        for i in range(0, len(body), 100):
+            yield body[i : i + 100]
+
+    url = server.make_url("/v2/models/three/infer")
+    headers = {"Inference-Header-Content-Length": str(len(header))}
+    async with aiohttp.ClientSession() as http, http.post(url, data=stream(), headers=headers) as r:
+        assert r.status == 200, await r.text()
+        logits = np.array((await r.json())["outputs"][0]["data"], np.float32)
+    np.testing.assert_allclose(logits, (await _expected(x))["logits"][0], rtol=1e-4, atol=1e-5)
+    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(
+        b"POST /v2/models/three/infer HTTP/1.1\r\nHost: x\r\n"
+        + f"Content-Length: {len(body)}\r\n".encode()
+        + f"Inference-Header-Content-Length: {len(header)}\r\n\r\n".encode()
+        + body[:50]
+    )
+    await writer.drain()
+    writer.close()  # gone before the rest
+    await writer.wait_closed()
+    async with aiohttp.ClientSession() as http, http.post(url, data=body, headers=headers) as r:
+        assert r.status == 200

@@ -13,6 +13,7 @@ dims are those of the model's blob (no batch axis) runs as one item and is answe
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -21,11 +22,13 @@ from aiohttp import web
 
 from .._errors import AsyncVkError, InputError, InputTooLargeError
 from .._input_limits import check_input_size
-from .._server_body import RequestError, read_body
+from .._server_body import ClientGone, RequestError, read_body
 from .._version import __version__
 from ..net._extractor import has_batch_axis
 from ._batcher import QueueFull
 from ._repository import Repository, ServedModel, UnknownModel
+
+log = logging.getLogger("asyncvk.serve")
 
 MODELS_KEY: web.AppKey[dict[str, ServedModel]] = web.AppKey("models", dict)
 REPOSITORY_KEY: web.AppKey[Repository] = web.AppKey("repository", Repository)
@@ -93,6 +96,11 @@ def _answers(handler: Any) -> Any:
             return response
         except RequestError as exc:
             return _error(exc.status, str(exc))
+        except ClientGone:  # nobody to answer; not a server error
+            return _error(400, "client went away")
+        except Exception as exc:  # a server bug still answers the protocol's JSON, logged
+            log.exception("%s failed", handler.__name__)
+            return _error(500, f"{type(exc).__name__}: {exc}")
 
     wrapped.__name__ = handler.__name__
     wrapped.__doc__ = handler.__doc__
@@ -402,12 +410,12 @@ def _reply(
     model: ServedModel, request_id: Any, results: dict[str, np.ndarray], binary: dict[str, bool]
 ) -> web.Response:
     outputs = []
-    chunks = []
+    chunks: list[memoryview] = []
     for name, array in results.items():
         entry: dict[str, Any] = {"name": name, "datatype": "FP32", "shape": list(array.shape)}
         if binary.get(name):
-            raw = np.ascontiguousarray(array, "<f4").tobytes()
-            entry["parameters"] = {"binary_data_size": len(raw)}
+            raw = np.ascontiguousarray(array, "<f4").data.cast("B")  # no copy yet
+            entry["parameters"] = {"binary_data_size": raw.nbytes}
             chunks.append(raw)
         else:
             finite = np.isfinite(array)
@@ -424,6 +432,7 @@ def _reply(
     text = json.dumps(reply, allow_nan=False).encode()
     if not chunks:
         return web.Response(body=text, content_type="application/json")
-    response = web.Response(body=text + b"".join(chunks), content_type="application/octet-stream")
+    body = b"".join([text, *chunks])  # the one copy of the outputs
+    response = web.Response(body=body, content_type="application/octet-stream")
     response.headers[HEADER_LENGTH] = str(len(text))
     return response
