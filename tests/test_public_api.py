@@ -12,7 +12,7 @@ def test_all_names_exist() -> None:
 
 def test_public_names_are_listed() -> None:
     public = {n for n in vars(asyncvk) if not n.startswith("_")}
-    modules = {"cache", "gpu", "layers", "net", "shader", "cli"}
+    modules = {"cache", "gpu", "layers", "net", "shader", "cli", "serve"}
     assert public - modules - {"annotations"} <= set(asyncvk.__all__)
 
 
