@@ -280,7 +280,7 @@ async def all_statistics(request: web.Request) -> web.Response:
 
 
 @_answers
-async def infer(request: web.Request) -> web.Response:
+async def infer(request: web.Request) -> web.StreamResponse:
     model = _model(request)
     if not model.ready:
         return _error(503, model.error or f"model {model.name!r} is still loading")
@@ -300,7 +300,21 @@ async def infer(request: web.Request) -> web.Response:
     model.last_inference_ms = int(time.time() * 1000)
     if not batched:
         results = {n: a[0] for n, a in results.items()}
-    return _reply(model, header.get("id"), results, binary)
+    text, chunks = _reply(model, header.get("id"), results, binary)
+    if not chunks:
+        return web.Response(body=text, content_type="application/json")
+    # the JSON, then each output's bytes as they lie in its array: written to the socket one
+    # after the other, never joined into one body (a copy of every output, twice over)
+    stream = web.StreamResponse(
+        headers={HEADER_LENGTH: str(len(text)), "Content-Type": "application/octet-stream"}
+    )
+    stream.content_length = len(text) + sum(c.nbytes for c in chunks)
+    await stream.prepare(request)
+    await stream.write(text)
+    for chunk in chunks:
+        await stream.write(chunk)
+    await stream.write_eof()
+    return stream
 
 
 def _split_body(request: web.Request, body: bytes) -> tuple[dict[str, Any], memoryview]:
@@ -408,7 +422,8 @@ def _input_tensor(tensor: Any, tensors: memoryview) -> tuple[str, np.ndarray, in
 
 def _reply(
     model: ServedModel, request_id: Any, results: dict[str, np.ndarray], binary: dict[str, bool]
-) -> web.Response:
+) -> tuple[bytes, list[memoryview]]:
+    """The reply's JSON, and the bytes of the outputs sent as binary data, in order."""
     outputs = []
     chunks: list[memoryview] = []
     for name, array in results.items():
@@ -429,10 +444,4 @@ def _reply(
     reply: dict[str, Any] = {"model_name": model.name, "model_version": "1", "outputs": outputs}
     if request_id is not None:
         reply["id"] = request_id
-    text = json.dumps(reply, allow_nan=False).encode()
-    if not chunks:
-        return web.Response(body=text, content_type="application/json")
-    body = b"".join([text, *chunks])  # the one copy of the outputs
-    response = web.Response(body=body, content_type="application/octet-stream")
-    response.headers[HEADER_LENGTH] = str(len(text))
-    return response
+    return json.dumps(reply, allow_nan=False).encode(), chunks
