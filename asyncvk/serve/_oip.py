@@ -317,7 +317,7 @@ async def infer(request: web.Request) -> web.StreamResponse:
     return stream
 
 
-def _split_body(request: web.Request, body: bytes) -> tuple[dict[str, Any], memoryview]:
+def _split_body(request: web.Request, body: bytes | bytearray) -> tuple[dict[str, Any], memoryview]:
     """The JSON header and the tensor bytes after it (none without the binary extension)."""
     length_text = request.headers.get(HEADER_LENGTH)
     length = len(body)
