@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
-from aiohttp import BodyPartReader, StreamReader, web
+from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError, PayloadEncodingError
 
 from ._errors import InputError
@@ -112,7 +112,7 @@ class _Budget:
         return b"".join(chunks)
 
 
-async def read_body(request: web.Request, limit: int | None = None) -> bytes | bytearray:
+async def read_body(request: web.Request, limit: int | None = None) -> bytes:
     """The whole body, within ``--max-body`` (or ``limit``, if lower) and ``--body-timeout``
     (413 and 408 as :func:`read_inputs` answers them)."""
     over = max_body_message(request)
@@ -124,31 +124,9 @@ async def read_body(request: web.Request, limit: int | None = None) -> bytes | b
         if len(body) > cap:
             raise RequestError(413, f"{over} while reading the body")
         return body
-    length = request.content_length
-    if length is not None and "Content-Encoding" not in request.headers:
-        # the size is known and checked: each chunk copied once, into its place, all under
-        # one deadline (StreamReader.readexactly joins twice)
-        deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
-        return await read_by(request, partial(_read_exactly, content, length), "the body", deadline)
     deadline = asyncio.get_running_loop().time() + request.app[BODY_TIMEOUT_KEY]
     budget = _Budget(request, deadline, cap, over)
     return await budget.read(lambda: request.content.read(READ_CHUNK), "the body")
-
-
-async def _read_exactly(content: StreamReader, length: int) -> bytearray:
-    """``length`` bytes of ``content``, chunk by chunk into one buffer (IncompleteReadError
-    when it ends before)."""
-    body = bytearray(length)
-    view = memoryview(body)
-    at = 0
-    while at < length:
-        chunk = await content.readany()
-        if not chunk:
-            raise asyncio.IncompleteReadError(bytes(view[:at]), length)
-        end = min(at + len(chunk), length)
-        view[at:end] = chunk[: end - at]
-        at = end
-    return body
 
 
 class _NonFiniteJson(ValueError):

@@ -28,12 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import AsyncVkError, InputError
-from .._threads import run_sync
 from ..net._net import Net
-
-#: A batch's inputs past this many bytes are joined on a worker thread, not the event loop's
-#: (a batch of 32 images of 3x224x224 is 19 MB: milliseconds of copying).
-JOIN_ON_THREAD_BYTES = 1 << 20
 
 
 class QueueFull(AsyncVkError):
@@ -212,13 +207,7 @@ class Batcher:
         stats.batch_sizes[items] += 1
         stats.queue_seconds += sum(start - r.arrived for r in batch)
         try:
-            arrays = [r.inputs for r in batch]
-            item_bytes = sum(a.nbytes for a in batch[0].inputs.values()) // batch[0].items
-            if len(batch) > 1 and item_bytes * items > JOIN_ON_THREAD_BYTES:
-                # numpy copies without the GIL: the loop goes on answering meanwhile
-                inputs = await run_sync(_joined, arrays, items, self.settings.max_batch)
-            else:
-                inputs = _joined(arrays, items, self.settings.max_batch)
+            inputs = _joined([r.inputs for r in batch], items, self.settings.max_batch)
             ex = self.net.create_extractor()
             for name, array in inputs.items():
                 ex.input(name, array, batch_axis=True)

@@ -280,7 +280,7 @@ async def all_statistics(request: web.Request) -> web.Response:
 
 
 @_answers
-async def infer(request: web.Request) -> web.StreamResponse:
+async def infer(request: web.Request) -> web.Response:
     model = _model(request)
     if not model.ready:
         return _error(503, model.error or f"model {model.name!r} is still loading")
@@ -300,21 +300,7 @@ async def infer(request: web.Request) -> web.StreamResponse:
     model.last_inference_ms = int(time.time() * 1000)
     if not batched:
         results = {n: a[0] for n, a in results.items()}
-    text, chunks = _reply(model, header.get("id"), results, binary)
-    if not chunks:
-        return web.Response(body=text, content_type="application/json")
-    # the JSON, then each output's bytes as they lie in its array: written to the socket one
-    # after the other, never joined into one body (a copy of every output, twice over)
-    stream = web.StreamResponse(
-        headers={HEADER_LENGTH: str(len(text)), "Content-Type": "application/octet-stream"}
-    )
-    stream.content_length = len(text) + sum(c.nbytes for c in chunks)
-    await stream.prepare(request)
-    await stream.write(text)
-    for chunk in chunks:
-        await stream.write(chunk)
-    await stream.write_eof()
-    return stream
+    return _reply(model, header.get("id"), results, binary)
 
 
 def _split_body(request: web.Request, body: bytes | bytearray) -> tuple[dict[str, Any], memoryview]:
@@ -422,15 +408,14 @@ def _input_tensor(tensor: Any, tensors: memoryview) -> tuple[str, np.ndarray, in
 
 def _reply(
     model: ServedModel, request_id: Any, results: dict[str, np.ndarray], binary: dict[str, bool]
-) -> tuple[bytes, list[memoryview]]:
-    """The reply's JSON, and the bytes of the outputs sent as binary data, in order."""
+) -> web.Response:
     outputs = []
-    chunks: list[memoryview] = []
+    chunks = []
     for name, array in results.items():
         entry: dict[str, Any] = {"name": name, "datatype": "FP32", "shape": list(array.shape)}
         if binary.get(name):
-            raw = np.ascontiguousarray(array, "<f4").data.cast("B")  # no copy yet
-            entry["parameters"] = {"binary_data_size": raw.nbytes}
+            raw = np.ascontiguousarray(array, "<f4").tobytes()
+            entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
             finite = np.isfinite(array)
@@ -444,4 +429,9 @@ def _reply(
     reply: dict[str, Any] = {"model_name": model.name, "model_version": "1", "outputs": outputs}
     if request_id is not None:
         reply["id"] = request_id
-    return json.dumps(reply, allow_nan=False).encode(), chunks
+    text = json.dumps(reply, allow_nan=False).encode()
+    if not chunks:
+        return web.Response(body=text, content_type="application/json")
+    response = web.Response(body=text + b"".join(chunks), content_type="application/octet-stream")
+    response.headers[HEADER_LENGTH] = str(len(text))
+    return response
