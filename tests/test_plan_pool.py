@@ -146,3 +146,19 @@ async def test_bad_pool_settings_are_refused_at_load(field: str, value: int, nee
         await net.load_param(CUNET / "model.param")
         with pytest.raises(ValueError, match=needle):
             await net.load_model(CUNET / "model.bin")
+
+
+@pytest.mark.parametrize("kept", [0, 1])
+async def test_a_burst_gives_its_batch_plans_back(kept: int) -> None:
+    """One plan per batch size is what a burst of batches takes: idle, they are released
+    (``idle_batch_plans`` keeps that many of each), while a plan of single items stays."""
+    option = Option(plan_idle_seconds=0, idle_batch_plans=kept)
+    async with Net(option) as net:
+        await net.load_param(CUNET / "model.param")
+        await net.load_model(CUNET / "model.bin")
+        x = np.load(CUNET / "input.npy")
+        await net.run({"in0": x})
+        for n in (2, 4):
+            await net.run({"in0": np.stack([x] * n)})
+        batches = sorted(r.batch for r in net._plans)
+    assert batches == ([1, 2, 4] if kept else [1])

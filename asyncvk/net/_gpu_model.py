@@ -100,6 +100,7 @@ class GpuModel:
             self._make_plan,
             max_per_shape=opt.max_plans_per_shape,
             min_idle=opt.idle_plans_per_shape,
+            min_idle_batched=opt.idle_batch_plans,
             idle_seconds=opt.plan_idle_seconds,
             max_waiting=opt.max_waiting_per_shape,
             version=lambda: self.pipelines_version,

@@ -50,6 +50,10 @@ class Option:
     num_compile_threads: int | None = None
     max_plans_per_shape: int = 4
     idle_plans_per_shape: int = 1
+    #: plans of each batch size over one (``net.run`` with a batch axis, the server's batches)
+    #: kept once idle: 0 gives a burst's batch memory back (a server started with
+    #: ``--warm-up-batches`` keeps 1, the plans it recorded before ready)
+    idle_batch_plans: int = 0
     plan_idle_seconds: float = 2.0
     max_waiting_per_shape: int | None = None
     pipeline_cache: PipelineCache | None = None
@@ -82,6 +86,12 @@ class Option:
         _at_least("num_compile_threads", self.num_compile_threads, 1, optional=True)
         _at_least("max_plans_per_shape", self.max_plans_per_shape, 1)
         _at_least("idle_plans_per_shape", self.idle_plans_per_shape, 0)
+        _at_least("idle_batch_plans", self.idle_batch_plans, 0)
+        if self.idle_batch_plans > self.max_plans_per_shape:
+            raise ValueError(
+                f"Option.idle_batch_plans ({self.idle_batch_plans}) is more than "
+                f"max_plans_per_shape ({self.max_plans_per_shape})"
+            )
         _at_least("max_waiting_per_shape", self.max_waiting_per_shape, 0, optional=True)
         if self.idle_plans_per_shape > self.max_plans_per_shape:
             raise ValueError(

@@ -8,11 +8,12 @@ arrival order. With ``max_waiting``, an extraction that finds
 that many already waiting is refused (:class:`PlanQueueFull`) rather than queued.
 
 What a burst took is given back after it: a plan idle for ``idle_seconds`` is released, down to
-``min_idle`` per shape. Its larger buffers have device blocks of their own, freed with it, and
-the shared blocks left empty are freed too (``on_release``): the allocator otherwise keeps
-every block until the device closes and, where device memory is host memory (lavapipe), so
-would the process's RSS. The C heap's free memory (the burst's request bodies and arrays) is
-handed back to the OS then as well.
+``min_idle`` per shape (``min_idle_batched`` for a batch of more than one item: by default
+none, so that the plans a burst's batches took, one per batch size, go back too). Its larger
+buffers have device blocks of their own, freed with it, and the shared blocks left empty are
+freed too (``on_release``): the allocator otherwise keeps every block until the device closes
+and, where device memory is host memory (lavapipe), so would the process's RSS. The C heap's
+free memory (the burst's request bodies and arrays) is handed back to the OS then as well.
 
 Plans of at most ``max_shapes`` shapes are kept; a new shape drops the idle plans of the oldest.
 A plan recorded before the model adopted a background pipeline is dropped when it comes back, so
@@ -122,6 +123,7 @@ class PlanPool:
         *,
         max_per_shape: int,
         min_idle: int = 1,
+        min_idle_batched: int = 0,
         idle_seconds: float = 2.0,
         max_waiting: int | None = None,
         max_shapes: int = 8,
@@ -134,6 +136,7 @@ class PlanPool:
         self._on_release = on_release
         self._max_per_shape = max_per_shape
         self._min_idle = min_idle
+        self._min_idle_batched = min_idle_batched
         self._idle_seconds = idle_seconds
         self._max_waiting = max_waiting
         self._max_shapes = max_shapes
@@ -278,7 +281,7 @@ class PlanPool:
         s.idle.append((handed, loop.time()))
         if self._idle_seconds == 0:
             self.trim_idle(loop.time())
-        elif s.timer is None and len(s.plans) > self._min_idle:
+        elif s.timer is None and len(s.plans) > self._keep(key):
             self._start_timer(key, s, loop.time() + self._idle_seconds)
 
     def _start_timer(self, key: PlanRequest, s: _Shape, due: float) -> None:
@@ -297,19 +300,23 @@ class PlanPool:
         left empty. Returns the plans released."""
         released = 0
         for key, s in list(self._shapes.items()):
-            spare = len(s.plans) - self._min_idle
+            spare = len(s.plans) - self._keep(key)
             expired = [p for p, t in s.idle if now - t >= self._idle_seconds]  # longest first
             for plan in expired[: max(spare, 0)]:
                 self._release(s, plan)
                 released += 1
             if not s.plans and not s.building and not s.waiters:
                 del self._shapes[key]
-            elif s.timer is None and len(s.plans) > self._min_idle and s.idle:
+            elif s.timer is None and len(s.plans) > self._keep(key) and s.idle:
                 self._start_timer(key, s, min(t for _, t in s.idle) + self._idle_seconds)
         if released:
             self._on_release()
             give_free_heap_back()
         return released
+
+    def _keep(self, key: PlanRequest) -> int:
+        """Plans of ``key`` kept once idle."""
+        return self._min_idle if key.batch == 1 else self._min_idle_batched
 
     def _release(self, s: _Shape, plan: Plan) -> None:
         s.plans.remove(plan)

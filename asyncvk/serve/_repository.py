@@ -153,6 +153,8 @@ class Repository:
             option = dataclasses.replace(option, graph_key=files.name)
         if self.cache is not None:
             option = dataclasses.replace(option, pipeline_cache=self.cache)
+        if self.warm_up_batches:  # the batch plans recorded before ready stay
+            option = dataclasses.replace(option, idle_batch_plans=max(option.idle_batch_plans, 1))
         net = Net(dataclasses.replace(option))
         return ServedModel(files, net, Batcher(net, self.batching))
 
