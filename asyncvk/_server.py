@@ -44,11 +44,10 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ._errors import AsyncVkError, InputError, InputTooLargeError
+from ._errors import AsyncVkError, InputTooLargeError
 from ._server_body import (
     BODY_TIMEOUT,
     BODY_TIMEOUT_KEY,
@@ -59,11 +58,10 @@ from ._server_body import (
     read_inputs,
 )
 from .cache._remote_state import metric_lines as remote_metric_lines
-from .net._extractor import has_batch_axis
 from .net._net import Net
 from .net._option import Option
 from .net._plan_pool import check_settings
-from .serve._batcher import BatchSettings, QueueFull
+from .serve._batcher import BatchSettings, QueueFull, with_batch_axis
 from .serve._oip import MODELS_KEY, REPOSITORY_KEY, add_routes
 from .serve._repository import ModelFiles, Repository, ServedModel, name_for
 
@@ -157,7 +155,7 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
         for input_name in inputs:
             if input_name not in net.input_names:
                 return _error(400, f"unknown input {input_name!r} (inputs: {net.input_names})")
-        batched, items = _with_batch_axis(net, inputs)
+        batched, items = with_batch_axis(net, inputs)
         results = await model.batcher.infer(items, outputs)
     except QueueFull as exc:
         log.info("request refused, busy: %s", exc)
@@ -180,24 +178,6 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
         results = {n: a[0] for n, a in results.items()}
     body, kind = await asyncio.to_thread(encode_reply, results, encoding)
     return web.Response(body=body, content_type=kind)
-
-
-def _with_batch_axis(
-    net: Net, inputs: Mapping[str, np.ndarray]
-) -> tuple[bool, dict[str, np.ndarray]]:
-    """Whether the inputs came with a batch axis, and each input with one (as the batcher
-    takes them): ``Extractor.input``'s rule, one for all inputs."""
-    graph = net.graph
-    assert graph is not None
-    found = {
-        name: has_batch_axis(graph, graph.blob_index[name], np.ndim(array))
-        for name, array in inputs.items()
-    }
-    if len(set(found.values())) > 1:
-        raise InputError(f"every input needs the batch axis, or none does: {found}")
-    batched = next(iter(found.values()))
-    arrays = {n: np.asarray(a, np.float32) for n, a in inputs.items()}
-    return batched, arrays if batched else {n: a[np.newaxis] for n, a in arrays.items()}
 
 
 async def expect_continue(request: web.Request) -> web.StreamResponse | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -17,6 +18,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "tests" / "models"
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 free now (bound, then released for a server to take)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def model_names() -> list[str]:

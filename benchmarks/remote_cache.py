@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import MODELS, child_env, emit
+from _common import MODELS, child_env, emit, free_port
 from cold_start import _spawn, _summary
 
 KINDS = (
@@ -46,14 +46,8 @@ KINDS = (
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_redis(binary: str, folder: Path, lib: str | None) -> tuple[subprocess.Popen[bytes], int]:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, LD_LIBRARY_PATH=lib) if lib else None
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
@@ -169,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         proc, port = _start_redis(args.redis_server, Path(tmp), args.redis_lib)
         try:
             url = f"redis://127.0.0.1:{port}/0"
-            down = f"redis://127.0.0.1:{_free_port()}/0"
+            down = f"redis://127.0.0.1:{free_port()}/0"
             rows = [
                 measure(MODELS / name, args.runs, url, down, args.timeout)
                 for name in args.models.split(",")

@@ -26,7 +26,6 @@ import datetime
 import io
 import os
 import platform
-import socket
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
-from _common import MODELS, ROOT, blob_names, child_env, emit
+from _common import MODELS, ROOT, blob_names, child_env, emit, free_port
 
 from asyncvk import Net, Option, get_gpu_info
 
@@ -63,12 +62,6 @@ def _status(pid: int) -> dict[str, int]:
                 key, value, _ = line.split()
                 out[key.rstrip(":")] = int(value) * 1024
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -214,7 +207,7 @@ async def _serve_and_burst(
     inputs = [rng.standard_normal(shape).astype(np.float32) for _ in range(VARIANTS)]
     expected = await _references(model, in_name, out_name, inputs)
     bodies = [_npy(x) for x in inputs]
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [
         sys.executable,

@@ -25,7 +25,6 @@ import datetime
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,17 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import MODELS, ROOT, blob_names, child_env, emit
+from _common import MODELS, ROOT, blob_names, child_env, emit, free_port
 
 VARIANTS = 8
 WARM_UP_S = 1.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _summary(latencies: list[float], seconds: float, failures: int = 0) -> dict[str, Any]:
@@ -308,7 +300,7 @@ def _model(args: argparse.Namespace, name: str, shape: tuple[int, ...]) -> dict[
         paths_in.append(str(tmp / f"x{i}.npy"))
         paths_out.append(str(tmp / f"y{i}.npy"))
     in_name, out_name = blob_names(folder)
-    port = _free_port()
+    port = free_port()
     proc = _serve(folder, name, shape, port, args.serve_args)
     try:
         _wait_ready(port, proc)

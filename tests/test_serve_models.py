@@ -15,6 +15,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 from cli_runner import cli
+from test_serve import _free_port
 
 MODELS = Path(__file__).parent / "models"
 TIMEOUT = aiohttp.ClientTimeout(total=120)
@@ -81,15 +82,6 @@ async def test_a_folder_of_models_in_one_server(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "cunet ready in" in err and "squeezenet ready in" in err
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def _start(*args: str) -> subprocess.Popen[str]:

@@ -14,7 +14,8 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 from cli_runner import cli
-from test_serve_models import _free_port, _infer
+from test_serve import _free_port
+from test_serve_models import _infer
 
 CUNET = Path(__file__).parent / "models" / "cunet"
 TIMEOUT = aiohttp.ClientTimeout(total=120)

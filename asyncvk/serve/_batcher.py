@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import AsyncVkError, InputError
+from ..net._extractor import has_batch_axis
 from ..net._net import Net
 
 
@@ -241,6 +242,27 @@ class Batcher:
     def inflight(self) -> int:
         """Batches on the GPU now."""
         return len(self._running)
+
+
+def with_batch_axis(
+    net: Net, inputs: Mapping[str, np.ndarray]
+) -> tuple[bool, dict[str, np.ndarray]]:
+    """Whether a request's inputs came with a batch axis, and each input with one, as
+    :meth:`Batcher.infer` takes them: ``Extractor.input``'s rule, one for all inputs (the
+    names must be the model's inputs)."""
+    graph = net.graph
+    assert graph is not None
+    if not inputs:
+        raise InputError("no inputs")
+    found = {
+        name: has_batch_axis(graph, graph.blob_index[name], np.ndim(array))
+        for name, array in inputs.items()
+    }
+    if len(set(found.values())) > 1:
+        raise InputError(f"every input needs the batch axis, or none does: {found}")
+    batched = next(iter(found.values()))
+    arrays = {n: np.asarray(a, np.float32) for n, a in inputs.items()}
+    return batched, arrays if batched else {n: a[np.newaxis] for n, a in arrays.items()}
 
 
 def _items(inputs: Mapping[str, np.ndarray]) -> int:

@@ -24,8 +24,7 @@ from .._errors import AsyncVkError, InputError, InputTooLargeError
 from .._input_limits import check_input_size
 from .._server_body import ClientGone, RequestError, read_body
 from .._version import __version__
-from ..net._extractor import has_batch_axis
-from ._batcher import QueueFull
+from ._batcher import QueueFull, with_batch_axis
 from ._repository import Repository, ServedModel, UnknownModel
 
 log = logging.getLogger("asyncvk.serve")
@@ -303,7 +302,7 @@ async def infer(request: web.Request) -> web.Response:
     return _reply(model, header.get("id"), results, binary)
 
 
-def _split_body(request: web.Request, body: bytes | bytearray) -> tuple[dict[str, Any], memoryview]:
+def _split_body(request: web.Request, body: bytes) -> tuple[dict[str, Any], memoryview]:
     """The JSON header and the tensor bytes after it (none without the binary extension)."""
     length_text = request.headers.get(HEADER_LENGTH)
     length = len(body)
@@ -329,10 +328,7 @@ def _parse_request(
     """The inputs (batch axis first), whether the request had that axis, the outputs asked for
     (None: all) and, per output, whether it goes back as binary data."""
     net = model.net
-    graph = net.graph
-    assert graph is not None
     inputs: dict[str, np.ndarray] = {}
-    batched: set[bool] = set()
     offset = 0
     for tensor in header["inputs"]:
         name, array, used = _input_tensor(tensor, tensors[offset:])
@@ -341,16 +337,13 @@ def _parse_request(
             raise InputError(f"unknown input {name!r} (inputs: {net.input_names})")
         if name in inputs:
             raise InputError(f"input {name!r} sent twice")
-        has_axis = has_batch_axis(graph, graph.blob_index[name], array.ndim)
-        batched.add(has_axis)
-        inputs[name] = array if has_axis else array[np.newaxis]
+        inputs[name] = array
     if offset != len(tensors):
         raise ValueError(
             f"{len(tensors) - offset} bytes of binary data after the last input's "
             "(binary_data_size must add up to the body after the JSON)"
         )
-    if len(batched) > 1:
-        raise InputError("every input needs the batch axis, or none does")
+    batched, items = with_batch_axis(net, inputs)
     everything_binary = bool((header.get("parameters") or {}).get("binary_data_output", False))
     binary: dict[str, bool] = {}
     wanted: list[str] | None = None
@@ -364,7 +357,7 @@ def _parse_request(
             binary[output["name"]] = bool(params.get("binary_data", everything_binary))
     for name in net.output_names if wanted is None else wanted:
         binary.setdefault(name, everything_binary)
-    return inputs, batched != {False}, wanted, binary
+    return items, batched, wanted, binary
 
 
 def _input_tensor(tensor: Any, tensors: memoryview) -> tuple[str, np.ndarray, int]:
