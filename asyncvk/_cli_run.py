@@ -366,9 +366,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _check_cache_folder_args(args)
     _check_remote_cache_arg(args)
     models = _served_models(args)
+    if args.grpc_port is not None:
+        _check_grpc_installed()
     if args.workers > 1:
-        if args.port == 0:
-            raise ValueError("--workers shares one port: give it (--port 0 would pick one each)")
+        if args.port == 0 or args.grpc_port == 0:
+            raise ValueError("--workers shares one port: give it (port 0 would pick one each)")
         from .serve._workers import run_workers
 
         return run_workers(args.argv, args.workers)
@@ -399,7 +401,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         poll_seconds=args.poll_models,
         reuse_port=args.reuse_port,
         warm_up_batches=args.warm_up_batches,
+        grpc_port=args.grpc_port,
     )
+
+
+def _check_grpc_installed() -> None:
+    try:
+        import google.protobuf  # noqa: F401
+        import grpc  # noqa: F401
+    except ImportError as exc:
+        raise ValueError(
+            f"--grpc-port needs grpcio and protobuf ({exc}): pip install asyncvk-runtime[grpc]"
+        ) from None
 
 
 def _served_models(args: argparse.Namespace) -> list[Any]:

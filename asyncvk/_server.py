@@ -74,12 +74,19 @@ MAX_QUEUE = 256
 RETRY_AFTER = 1
 
 
+#: seconds calls in flight over gRPC may take to finish at shutdown
+GRPC_GRACE = 5.0
+
+
 class ServerState:
     """Load progress and Prometheus counters."""
 
     def __init__(self) -> None:
         self.loading: asyncio.Task[None] | None = None
         self.polling: asyncio.Task[None] | None = None
+        #: the gRPC server (``grpc_address``) and the port it listens on
+        self.grpc: Any = None
+        self.grpc_port: int | None = None
         self.ready = False
         self.error: str | None = None
         self.load_seconds = 0.0
@@ -403,6 +410,8 @@ def create_models_app(
     folder: str | None = None,
     poll_seconds: float = 0.0,
     warm_up_batches: bool = False,
+    grpc_address: str | None = None,
+    reuse_port: bool = False,
 ) -> web.Application:
     """The app: loads the models in the background once it starts; mount it anywhere.
 
@@ -420,7 +429,8 @@ def create_models_app(
     a load through the protocol's repository extension may name any model in it;
     ``poll_seconds`` (with a folder) brings the models in line with it that often.
     ``warm_up_batches``: the warm-up also records the plan of every batch size the batcher
-    makes.
+    makes. ``grpc_address`` ("host:port"): the protocol over gRPC there too, from startup
+    (``reuse_port``: beside other processes on that port).
     """
     if not body_timeout > 0:
         raise ValueError(f"body_timeout must be positive, got {body_timeout}")
@@ -456,6 +466,13 @@ def create_models_app(
     app[BODY_TIMEOUT_KEY] = float(body_timeout)
 
     async def on_startup(app: web.Application) -> None:
+        if grpc_address is not None:
+            from .serve._grpc import create_grpc_server
+
+            state.grpc, state.grpc_port = create_grpc_server(
+                repository.models, grpc_address, reuse_port=reuse_port
+            )
+            await state.grpc.start()
         state.loading = asyncio.create_task(_load_all(repository, state, exit_on_load_error))
         if folder is not None and poll_seconds > 0:
             state.polling = asyncio.create_task(_poll(repository, state, poll_seconds))
@@ -505,6 +522,8 @@ async def _on_cleanup(app: web.Application) -> None:
     answered, its cache folder saved), then the pipeline cache they shared."""
     state = app[STATE_KEY]
     log.info("shutting down")
+    if state.grpc is not None:
+        await state.grpc.stop(GRPC_GRACE)
     for task in (state.polling, state.loading):
         if task is not None and not task.done():
             task.cancel()
@@ -543,7 +562,7 @@ def run_server(
     warm_up: Mapping[str, tuple[int, ...]] | None = None,
     body_timeout: float = BODY_TIMEOUT,
     stay_up_on_load_error: bool = False,
-    access_log: bool = True,
+    access_log: bool = False,
     max_plans_per_shape: int = Option.max_plans_per_shape,
     idle_plans_per_shape: int = Option.idle_plans_per_shape,
     plan_idle_seconds: float = Option.plan_idle_seconds,
@@ -553,6 +572,7 @@ def run_server(
     poll_seconds: float = 0.0,
     reuse_port: bool = False,
     warm_up_batches: bool = False,
+    grpc_port: int | None = None,
 ) -> int:
     """Serve ``models`` until SIGTERM/SIGINT; shutdown flushes the cache and releases the GPU.
 
@@ -561,6 +581,7 @@ def run_server(
 
     Logs to stderr: loading, ready (with the load time and whether the cache was warm), the
     cache save, shutdown and, with ``access_log``, one line per request (aiohttp's format).
+    ``grpc_port``: the protocol over gRPC on that port of ``host`` too.
     Returns the exit status: 1 when the model failed to load (unless ``stay_up_on_load_error``).
     """
     _log_to_console()
@@ -586,10 +607,15 @@ def run_server(
         folder=folder,
         poll_seconds=poll_seconds,
         warm_up_batches=warm_up_batches,
+        grpc_address=None if grpc_port is None else f"{host}:{grpc_port}",
+        reuse_port=reuse_port,
     )
 
     def announce(*_: Any) -> None:
         print(f"serving on http://{host}:{port}", flush=True)
+        grpc_bound = app[STATE_KEY].grpc_port
+        if grpc_bound is not None:
+            print(f"serving gRPC on {host}:{grpc_bound}", flush=True)
 
     logging.getLogger("aiohttp.server").addFilter(_MalformedHttpIsOneLine())
     try:

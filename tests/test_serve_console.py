@@ -11,7 +11,7 @@ from test_serve import MODEL, Server, _free_port
 
 
 async def test_the_console_tells_loading_ready_saved_and_shutdown(tmp_path: Path) -> None:
-    server = Server(tmp_path)
+    server = Server(tmp_path, "--access-log")
     try:
         await server.wait_ready()
         await server.metrics()  # one request, for the access log
@@ -21,7 +21,7 @@ async def test_the_console_tells_loading_ready_saved_and_shutdown(tmp_path: Path
     for line in ("loading ", "ready in ", "pipeline cache cold", "shutting down", "GET /metrics"):
         assert line in err, (line, err)
     assert "Traceback" not in err
-    warm = Server(tmp_path, "--no-access-log")
+    warm = Server(tmp_path)  # no access log by default
     try:
         await warm.wait_ready()
         await warm.metrics()

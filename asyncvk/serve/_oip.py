@@ -21,10 +21,16 @@ import numpy as np
 from aiohttp import web
 
 from .._errors import AsyncVkError, InputError, InputTooLargeError
-from .._input_limits import check_input_size
 from .._server_body import ClientGone, RequestError, read_body
-from .._version import __version__
 from ._batcher import QueueFull, with_batch_axis
+from ._protocol import (
+    NoSuchModel,
+    config,
+    input_array,
+    model_metadata_of,
+    model_named,
+    server_metadata_of,
+)
 from ._repository import Repository, ServedModel, UnknownModel
 
 log = logging.getLogger("asyncvk.serve")
@@ -33,21 +39,6 @@ MODELS_KEY: web.AppKey[dict[str, ServedModel]] = web.AppKey("models", dict)
 REPOSITORY_KEY: web.AppKey[Repository] = web.AppKey("repository", Repository)
 #: the header that splits a binary request or reply into its JSON and its tensor bytes
 HEADER_LENGTH = "Inference-Header-Content-Length"
-#: the protocol's datatypes that hold real numbers, as numpy reads their bytes (little-endian)
-DATATYPES = {
-    "FP16": "<f2",
-    "FP32": "<f4",
-    "FP64": "<f8",
-    "INT8": "i1",
-    "INT16": "<i2",
-    "INT32": "<i4",
-    "INT64": "<i8",
-    "UINT8": "u1",
-    "UINT16": "<u2",
-    "UINT32": "<u4",
-    "UINT64": "<u8",
-}
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "statistics", "model_repository"]
 RETRY_AFTER = 1
 
 
@@ -75,15 +66,12 @@ def add_routes(app: web.Application) -> None:
 
 def _model(request: web.Request) -> ServedModel:
     """The model the URL names (404 for another name or version)."""
-    models = request.app[MODELS_KEY]
-    name = request.match_info["name"]
-    model = models.get(name)
-    if model is None:
-        raise RequestError(404, f"unknown model {name!r} (models: {', '.join(models)})")
-    version = request.match_info.get("version")
-    if version is not None and version not in model.versions:
-        raise RequestError(404, f"model {name!r} has no version {version!r} (versions: 1)")
-    return model
+    try:
+        return model_named(
+            request.app[MODELS_KEY], request.match_info["name"], request.match_info.get("version")
+        )
+    except NoSuchModel as exc:
+        raise RequestError(404, str(exc)) from None
 
 
 def _answers(handler: Any) -> Any:
@@ -108,7 +96,7 @@ def _answers(handler: Any) -> Any:
 
 @_answers
 async def server_metadata(request: web.Request) -> web.Response:
-    return web.json_response({"name": "asyncvk", "version": __version__, "extensions": EXTENSIONS})
+    return web.json_response(server_metadata_of())
 
 
 async def live(request: web.Request) -> web.Response:
@@ -164,77 +152,15 @@ async def unload_model(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
-def _tensors(model: ServedModel, names: list[str]) -> list[dict[str, Any]]:
-    """Each blob with its datatype and its shape as the ``.param`` declares it, batch axis
-    first (-1 for a size not known before a request)."""
-    shapes = declared_shapes(model)
-    return [{"name": n, "datatype": "FP32", "shape": [-1, *(shapes.get(n) or [-1])]} for n in names]
-
-
-def declared_shapes(model: ServedModel) -> dict[str, list[int]]:
-    """Every blob's shape that the ``.param``'s declared input shapes determine."""
-    graph = model.net.graph
-    if graph is None:
-        return {}
-    shapes: dict[int, tuple[int, ...]] = {}
-    for node in graph.nodes:
-        if node.layer.type_name == "Input":
-            declared = getattr(node.layer, "declared_shape", None)
-            if declared is None:
-                continue
-            shapes[node.tops[0]] = declared
-            continue
-        if not all(b in shapes for b in node.bottoms):
-            continue
-        try:
-            outs = node.layer.checked_output_shapes([shapes[b] for b in node.bottoms])
-        except (ValueError, IndexError, KeyError, ArithmeticError):
-            continue
-        shapes.update(zip(node.tops, (tuple(map(int, s)) for s in outs), strict=True))
-    return {graph.blob_names[b]: list(s) for b, s in shapes.items()}
-
-
 @_answers
 async def model_metadata(request: web.Request) -> web.Response:
-    model = _model(request)
-    return web.json_response(
-        {
-            "name": model.name,
-            "versions": list(model.versions),
-            "platform": "asyncvk_ncnn",
-            "inputs": _tensors(model, model.net.input_names),
-            "outputs": _tensors(model, model.net.output_names),
-        }
-    )
+    return web.json_response(model_metadata_of(_model(request)))
 
 
 @_answers
 async def model_config(request: web.Request) -> web.Response:
     """The model's configuration in Triton's form (``config.pbtxt`` as JSON)."""
-    model = _model(request)
-    settings = model.batcher.settings
-
-    def entries(names: list[str]) -> list[dict[str, Any]]:
-        return [
-            {"name": t["name"], "data_type": "TYPE_FP32", "dims": t["shape"][1:]}
-            for t in _tensors(model, names)
-        ]
-
-    return web.json_response(
-        {
-            "name": model.name,
-            "platform": "asyncvk_ncnn",
-            "backend": "asyncvk",
-            "max_batch_size": settings.max_batch,
-            "input": entries(model.net.input_names),
-            "output": entries(model.net.output_names),
-            "dynamic_batching": {
-                "max_queue_delay_microseconds": round(settings.max_queue_delay * 1e6),
-                "default_queue_policy": {"max_queue_size": settings.max_queue},
-            },
-            "instance_group": [{"count": settings.max_inflight, "kind": "KIND_GPU"}],
-        }
-    )
+    return web.json_response(config(_model(request)))
 
 
 def _duration(count: int, seconds: float) -> dict[str, int]:
@@ -367,36 +293,18 @@ def _input_tensor(tensor: Any, tensors: memoryview) -> tuple[str, np.ndarray, in
     name, shape, datatype = tensor.get("name"), tensor.get("shape"), tensor.get("datatype")
     if not isinstance(name, str) or not isinstance(shape, list) or not isinstance(datatype, str):
         raise ValueError('each input needs "name", "shape" (a list) and "datatype"')
-    if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-        raise ValueError(f"input {name!r}: shape {shape} must be a list of integers")
-    dtype = DATATYPES.get(datatype)
-    if dtype is None:
-        raise InputError(
-            f"input {name!r}: datatype {datatype} is not a real number type "
-            f"({', '.join(DATATYPES)})"
-        )
-    check_input_size(f"input {name!r}", shape, np.dtype(dtype))
-    count = int(np.prod(shape))
     size = (tensor.get("parameters") or {}).get("binary_data_size")
     if size is not None:
-        want = count * np.dtype(dtype).itemsize
-        if size != want or size > len(tensors):
+        if not isinstance(size, int) or size > len(tensors):
             raise ValueError(
-                f"input {name!r}: binary_data_size {size} for shape {shape} {datatype} must be "
-                f"{want}, and the body holds {len(tensors)} bytes after the JSON"
+                f"input {name!r}: binary_data_size {size} must be a byte count within the "
+                f"{len(tensors)} bytes after the JSON"
             )
-        array = np.frombuffer(tensors[:size], dtype).reshape(shape)
-        return name, np.asarray(array, np.float32), size
+        return name, input_array(name, shape, datatype, raw=tensors[:size]), size
     data = tensor.get("data")
     if data is None:
         raise ValueError(f"input {name!r} has neither data nor binary_data_size")
-    try:
-        array = np.asarray(data, dtype=dtype)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise ValueError(f"input {name!r}: data is not {datatype} numbers: {exc}") from None
-    if array.size != count:
-        raise ValueError(f"input {name!r}: {array.size} values for shape {shape}")
-    return name, array.reshape(shape).astype(np.float32), 0
+    return name, input_array(name, shape, datatype, values=data), 0
 
 
 def _reply(
