@@ -2,19 +2,20 @@
 
     python benchmarks/server_throughput.py [--models squeezenet,mobilenetv2,rrdb]
         [--shape rrdb=3,64,64 ...] [--clients 1,4,16,64] [--seconds 5] [--client-processes 4]
-        [--out FILE.json] [-- SERVE ARGS]
+        [--protocols http,grpc] [--out FILE.json] [-- SERVE ARGS]
 
 For each model, first in this process: the same concurrency with no HTTP, through plain
 ``net.run`` calls (each its own forward) and through the server's own dynamic batcher. Then
 ``asyncvk serve`` in a fresh process on 127.0.0.1 (arguments after ``--`` go to it), and for each
 concurrency C, C clients speaking the Open Inference Protocol with binary tensors (the
-``Inference-Header-Content-Length`` extension), spread over up to ``--client-processes``
+``Inference-Header-Content-Length`` extension) over HTTP, then the same over gRPC (raw tensor
+contents; the server runs with ``--grpc-port``), spread over up to ``--client-processes``
 processes so that the client is not what is measured. Each client sends one of several input
 variants and checks its answer against the in-process output of that variant (relative L2
 1e-3), so a wrong or mixed-up answer fails the run; every status but 200 is counted.
 
 Reported per model and concurrency: requests/s, p50, p99 and max latency (ms) for each of the
-three, and the server's batches (their count and sizes, from ``/metrics``).
+four, and the server's batches (their count and sizes, from ``/metrics``).
 """
 
 from __future__ import annotations
@@ -190,6 +191,55 @@ async def _client_main(spec: dict[str, Any]) -> dict[str, Any]:
     return {"latencies": latencies, "statuses": statuses, "wrong": wrong}
 
 
+async def _grpc_client_main(spec: dict[str, Any]) -> dict[str, Any]:
+    """The same clients over gRPC: one channel per process, each request serialized once."""
+    import grpc
+
+    from asyncvk.serve._grpc_messages import MESSAGES, SERVICE
+
+    inputs = [np.load(p) for p in spec["inputs"]]
+    outputs = [np.load(p) for p in spec["outputs"]]
+    bodies = []
+    for x in inputs:
+        request = MESSAGES["ModelInferRequest"](model_name=spec["model"])
+        request.inputs.add(name=spec["input"], datatype="FP32", shape=[1, *x.shape])
+        request.outputs.add(name=spec["output"])
+        request.raw_input_contents.append(np.ascontiguousarray(x, "<f4").tobytes())
+        bodies.append(request.SerializeToString())
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    wrong = 0
+    start = time.perf_counter()
+    measure_from = start + WARM_UP_S
+    end = measure_from + spec["seconds"]
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{spec['grpc_port']}", options) as channel:
+        infer = channel.unary_unary(
+            f"/{SERVICE}/ModelInfer",
+            request_serializer=None,
+            response_deserializer=MESSAGES["ModelInferResponse"].FromString,
+        )
+
+        async def client(i: int) -> None:
+            nonlocal wrong
+            body, want = bodies[i % VARIANTS], outputs[i % VARIANTS]
+            while (t := time.perf_counter()) < end:
+                try:
+                    reply = await infer(body)
+                except grpc.aio.AioRpcError as exc:
+                    statuses[exc.code().name] = statuses.get(exc.code().name, 0) + 1
+                    continue
+                done = time.perf_counter()
+                got = np.frombuffer(reply.raw_output_contents[0], "<f4")
+                if not _close(got.reshape((1, *want.shape))[0], want):
+                    wrong += 1
+                elif t >= measure_from and done <= end:
+                    latencies.append(done - t)
+
+        await asyncio.gather(*(client(spec["first"] + i) for i in range(spec["clients"])))
+    return {"latencies": latencies, "statuses": statuses, "wrong": wrong}
+
+
 def _clients(spec: dict[str, Any], processes: int) -> dict[str, Any]:
     """``spec["clients"]`` clients over up to ``processes`` child processes, run at once."""
     n = spec["clients"]
@@ -263,12 +313,13 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 300) 
 
 
 def _serve(
-    folder: Path, name: str, shape: tuple[int, ...], port: int, extra: list[str]
+    folder: Path, name: str, shape: tuple[int, ...], ports: tuple[int, int], extra: list[str]
 ) -> subprocess.Popen[bytes]:
     in_name, _ = blob_names(folder)
     command = [
         sys.executable, "-m", "asyncvk", "serve", str(folder / "model.param"),
-        str(folder / "model.bin"), "--name", name, "--port", str(port), "--no-access-log",
+        str(folder / "model.bin"), "--name", name, "--port", str(ports[0]),
+        "--grpc-port", str(ports[1]), "--no-access-log",
         "--warm-up", f"{in_name}={','.join(map(str, shape))}", *extra,
     ]  # fmt: skip
     return subprocess.Popen(command, env=child_env(), cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -300,20 +351,21 @@ def _model(args: argparse.Namespace, name: str, shape: tuple[int, ...]) -> dict[
         paths_in.append(str(tmp / f"x{i}.npy"))
         paths_out.append(str(tmp / f"y{i}.npy"))
     in_name, out_name = blob_names(folder)
-    port = free_port()
-    proc = _serve(folder, name, shape, port, args.serve_args)
+    port, grpc_port = free_port(), free_port()
+    proc = _serve(folder, name, shape, (port, grpc_port), args.serve_args)
     try:
         _wait_ready(port, proc)
         for c in clients:
             spec = {
                 "port": port, "model": name, "input": in_name, "output": out_name,
                 "inputs": paths_in, "outputs": paths_out, "seconds": args.seconds,
-                "clients": c, "first": 0,
+                "clients": c, "first": 0, "grpc_port": grpc_port,
             }  # fmt: skip
-            before = _metrics(port)
-            http = _clients(spec, args.client_processes)
-            http.update(_batches(before, _metrics(port), name))
-            report[str(c)]["http"] = http
+            for protocol in args.protocols.split(","):
+                before = _metrics(port)
+                served = _clients(dict(spec, protocol=protocol), args.client_processes)
+                served.update(_batches(before, _metrics(port), name))
+                report[str(c)][protocol] = served
             print(f"{name} x{c}: {json.dumps(report[str(c)])}", file=sys.stderr, flush=True)
     finally:
         proc.terminate()
@@ -323,7 +375,9 @@ def _model(args: argparse.Namespace, name: str, shape: tuple[int, ...]) -> dict[
 
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--client":
-        print(json.dumps(asyncio.run(_client_main(json.loads(sys.argv[2])))))
+        spec = json.loads(sys.argv[2])
+        client_main = _grpc_client_main if spec["protocol"] == "grpc" else _client_main
+        print(json.dumps(asyncio.run(client_main(spec))))
         return
     argv = sys.argv[1:]
     serve_args: list[str] = []
@@ -336,6 +390,7 @@ def main() -> None:
     parser.add_argument("--clients", default="1,4,16,64")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--client-processes", type=int, default=4)
+    parser.add_argument("--protocols", default="http,grpc", help="http, grpc or both")
     parser.add_argument("--work", default="/tmp/asyncvk-server-throughput")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
