@@ -393,6 +393,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         batching=BatchSettings(
             max_batch=args.max_batch,
+            max_batch_bytes=args.max_batch_bytes,
             max_queue_delay=args.max_queue_delay_us / 1e6,
             max_queue=max(args.max_queue, 1),
             max_inflight=args.max_inflight,

@@ -405,6 +405,14 @@ def _add_serve_command(sub: _Subparsers) -> None:
         help="items that concurrent requests may join into one GPU submission (default: 32)",
     )
     serve.add_argument(
+        "--max-batch-bytes",
+        type=_count(1),
+        default=256 << 20,
+        metavar="BYTES",
+        help="device memory a batch's blobs may take: batches of larger items hold fewer "
+        "(default: 256 MiB)",
+    )
+    serve.add_argument(
         "--max-queue-delay-us",
         type=_count(0),
         default=0,

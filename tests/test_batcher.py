@@ -96,6 +96,29 @@ async def test_a_failed_batch_fails_its_requests_only(net: Net) -> None:
     assert (await batcher.infer({"data": _image(0, 1)}))["boxes"].shape[0] == 1
 
 
+async def test_a_batch_holds_the_items_whose_memory_fits(net: Net) -> None:
+    """With room for two and a half items' blobs, batches hold at most two (the power of two
+    that fits, so that the padded batch fits too), and the answers are still each request's."""
+    ex = net.create_extractor()
+    ex.input("data", _image(0, 1), batch_axis=True)
+    item_bytes = await ex.item_bytes(OUTPUTS)
+    assert item_bytes is not None and item_bytes > 0
+    settings = BatchSettings(max_batch=8, max_inflight=1, max_batch_bytes=item_bytes * 5 // 2)
+    batcher = Batcher(net, settings)
+    xs = [_image(i, 1) for i in range(7)]
+    answers = await asyncio.gather(*(batcher.infer({"data": x}) for x in xs))
+    assert batcher.statistics.batch_sizes == {2: 3, 1: 1}, batcher.statistics.batch_sizes
+    for x, answer in zip(xs, answers, strict=True):
+        np.testing.assert_allclose(
+            answer["logits"], (await _alone(net, x))["logits"], rtol=1e-5, atol=1e-6
+        )
+    big = Batcher(net, BatchSettings(max_batch=8, max_batch_bytes=item_bytes))
+    await asyncio.gather(*(big.infer({"data": x}) for x in xs[:3]))
+    assert big.statistics.batch_sizes == {1: 3}  # room for one item: one at a time
+    three = await big.infer({"data": _image(9, 3)})  # a single request over it runs alone
+    assert three["logits"].shape[0] == 3 and big.statistics.batch_sizes[3] == 1
+
+
 def test_batch_sizes_round_up_to_powers_of_two() -> None:
     assert [padded_size(n, 32) for n in (1, 2, 3, 5, 8, 9, 31, 32, 40)] == [
         1, 2, 4, 8, 8, 16, 32, 32, 40,

@@ -217,6 +217,26 @@ class Extractor:
         finally:
             gpu_model.leave()
 
+    async def item_bytes(self, names: Iterable[str]) -> int | None:
+        """Device bytes one item's blobs take at their peak in the plan that extracting
+        ``names`` would use (a batch of N takes N times that); None without a GPU. Records
+        the plan for one item if there is none, as a single extraction would."""
+        wanted = [self._output_index(name) for name in names]
+        graph = self._graph()
+        held = {**self._inputs, **self._kept}
+        forward = plan_forward(graph, held.keys(), wanted)
+        gpu_model = self.net.gpu_model
+        if gpu_model is None:
+            return None
+        gpu_model.enter()
+        try:
+            shapes = {b: held[b].shape[1:] for b in forward.reads}
+            plan = await gpu_model.plans.acquire(PlanRequest.of(shapes, forward.kept, 1))
+            await gpu_model.plans.give_back(plan)
+            return plan.peak_bytes
+        finally:
+            gpu_model.leave()
+
 
 def has_batch_axis(graph: Graph, blob: int, ndim: int) -> bool:
     """Whether an array of ``ndim`` dims for ``blob`` has a batch axis: one dim more than the

@@ -12,6 +12,12 @@ per batch size and replayed (see ``net._plan``), one submission and one fence pe
 every request in it. Its size is rounded up to a power of two (the rest is zeros, computed and
 never read), so a model has a handful of batch plans rather than one per size.
 
+A batch's blobs take device memory in proportion to its items (the plan's arena holds one
+set per item), so ``max_batch_bytes`` bounds a batch by memory too: before a key's first
+batch, the plan of one item says what an item takes (the plan a single request would record
+anyway), and the key's batches hold at most the power of two of items that fits (a single
+request larger than that runs alone).
+
 A request that finds ``max_queue`` waiting is refused (:class:`QueueFull`); one whose caller
 went away (its task cancelled) is dropped before its batch forms, and never reaches the GPU.
 """
@@ -48,9 +54,11 @@ class BatchSettings:
     max_queue: int = 256
     #: batches of the model on the GPU at once
     max_inflight: int = 2
+    #: device bytes a batch's blobs may take: a batch of larger items holds fewer of them
+    max_batch_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "max_queue", "max_inflight"):
+        for name in ("max_batch", "max_queue", "max_inflight", "max_batch_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not self.max_queue_delay >= 0:
@@ -107,6 +115,8 @@ class Batcher:
         self._wake = asyncio.Event()
         self._dispatcher: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
+        #: per key, the device bytes one item's blobs take (learned from its first batch)
+        self._item_bytes: dict[_Key, int] = {}
         self.statistics = BatchStatistics()
 
     async def infer(
@@ -157,7 +167,7 @@ class Batcher:
                 await self._wake.wait()  # a batch ended (or a request came)
                 continue
             head = self._queue[0]
-            if settings.max_queue_delay > 0 and self._joinable(head) < settings.max_batch:
+            if settings.max_queue_delay > 0 and self._joinable(head) < self._most_items(head):
                 left = head.arrived + settings.max_queue_delay - self._clock()
                 if left > 0:
                     try:
@@ -166,9 +176,25 @@ class Batcher:
                         pass
                     if self._clock() < head.arrived + settings.max_queue_delay:
                         continue  # woken early: look again
+            if head.key not in self._item_bytes:
+                await self._learn_item_bytes(head)
+                continue  # the queue may have changed meanwhile: look again
             task = asyncio.ensure_future(self._run(self._take(head)))
             self._running.add(task)
             task.add_done_callback(self._batch_ended)
+
+    async def _learn_item_bytes(self, head: _Request) -> None:
+        """What one item of the head's key takes in device memory, from the plan its batch
+        would use (recorded for one item now if none was; 0 where none is known, as on the
+        CPU or for inputs the model refuses, which their batch then reports)."""
+        try:
+            ex = self.net.create_extractor()
+            for name, array in head.inputs.items():
+                ex.input(name, array, batch_axis=True)
+            item_bytes = await ex.item_bytes(head.outputs)
+        except Exception:
+            item_bytes = None
+        self._item_bytes[head.key] = item_bytes or 0
 
     def _batch_ended(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
@@ -185,13 +211,25 @@ class Batcher:
     def _joinable(self, head: _Request) -> int:
         return sum(r.items for r in self._queue if r.key == head.key)
 
+    def _most_items(self, head: _Request) -> int:
+        """The items a batch of the head's key may hold: ``max_batch``, or the power of two
+        of items whose memory fits ``max_batch_bytes`` where that is fewer."""
+        item_bytes = self._item_bytes.get(head.key)
+        if not item_bytes:
+            return self.settings.max_batch
+        fits = self.settings.max_batch_bytes // max(item_bytes, 1)
+        if fits >= self.settings.max_batch:
+            return self.settings.max_batch
+        return 1 << max(fits, 1).bit_length() - 1  # a power of two: its padded size
+
     def _take(self, head: _Request) -> list[_Request]:
-        """The head and the later requests of its key, up to ``max_batch`` items, in order."""
+        """The head and the later requests of its key, up to :meth:`_most_items`, in order."""
+        most = self._most_items(head)
         batch: list[_Request] = []
         rest: deque[_Request] = deque()
         items = 0
         for r in self._queue:
-            if r.key == head.key and (not batch or items + r.items <= self.settings.max_batch):
+            if r.key == head.key and (not batch or items + r.items <= most):
                 batch.append(r)
                 items += r.items
             else:
@@ -208,7 +246,7 @@ class Batcher:
         stats.batch_sizes[items] += 1
         stats.queue_seconds += sum(start - r.arrived for r in batch)
         try:
-            inputs = _joined([r.inputs for r in batch], items, self.settings.max_batch)
+            inputs = _joined([r.inputs for r in batch], items, self._most_items(batch[0]))
             ex = self.net.create_extractor()
             for name, array in inputs.items():
                 ex.input(name, array, batch_axis=True)

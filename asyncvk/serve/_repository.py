@@ -183,7 +183,7 @@ class Repository:
                 t0 = time.perf_counter()
                 await warm_up(net, shapes)
                 if self.warm_up_batches:
-                    await warm_up_batches(net, shapes, self.batching.max_batch)
+                    await warm_up_batches(net, shapes, self.batching)
                 model.warm_up_seconds = time.perf_counter() - t0
         except Exception as exc:
             model.error = f"{files.name}: {type(exc).__name__}: {exc}"
@@ -314,12 +314,19 @@ async def warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
         await _infer_zeros(net, shapes)
 
 
-async def warm_up_batches(net: Net, shapes: Mapping[str, tuple[int, ...]], max_batch: int) -> None:
-    """The plan of every batch size the batcher makes (powers of two up to ``max_batch``),
-    recorded now: a burst's first batches then pay no recording (for a 950-layer model, a
-    batch of 16 took 1.5 s to record on an H200, in the first burst's tail)."""
+async def warm_up_batches(
+    net: Net, shapes: Mapping[str, tuple[int, ...]], settings: BatchSettings
+) -> None:
+    """The plan of every batch size the batcher makes (powers of two up to ``max_batch``, and
+    whose items fit ``max_batch_bytes``), recorded now: a burst's first batches then pay no
+    recording (for a 950-layer model, a batch of 16 took 1.5 s to record on an H200, in the
+    first burst's tail)."""
+    one = net.create_extractor()
+    for name, shape in shapes.items():
+        one.input(name, np.zeros((1, *shape), np.float32), batch_axis=True)
+    item_bytes = await one.item_bytes(net.output_names) or 0
     size = 2
-    while size <= max_batch:
+    while size <= settings.max_batch and size * item_bytes <= settings.max_batch_bytes:
         ex = net.create_extractor()
         for name, shape in shapes.items():
             ex.input(name, np.zeros((size, *shape), np.float32), batch_axis=True)
