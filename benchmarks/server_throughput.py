@@ -313,15 +313,16 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 300) 
 
 
 def _serve(
-    folder: Path, name: str, shape: tuple[int, ...], ports: tuple[int, int], extra: list[str]
+    folder: Path, name: str, shape: tuple[int, ...], ports: tuple[int, int | None], extra: list[str]
 ) -> subprocess.Popen[bytes]:
     in_name, _ = blob_names(folder)
     command = [
         sys.executable, "-m", "asyncvk", "serve", str(folder / "model.param"),
-        str(folder / "model.bin"), "--name", name, "--port", str(ports[0]),
-        "--grpc-port", str(ports[1]), "--no-access-log",
+        str(folder / "model.bin"), "--name", name, "--port", str(ports[0]), "--no-access-log",
         "--warm-up", f"{in_name}={','.join(map(str, shape))}", *extra,
     ]  # fmt: skip
+    if ports[1] is not None:
+        command += ["--grpc-port", str(ports[1])]
     return subprocess.Popen(command, env=child_env(), cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
@@ -351,7 +352,8 @@ def _model(args: argparse.Namespace, name: str, shape: tuple[int, ...]) -> dict[
         paths_in.append(str(tmp / f"x{i}.npy"))
         paths_out.append(str(tmp / f"y{i}.npy"))
     in_name, out_name = blob_names(folder)
-    port, grpc_port = free_port(), free_port()
+    port = free_port()
+    grpc_port = free_port() if "grpc" in args.protocols.split(",") else None
     proc = _serve(folder, name, shape, (port, grpc_port), args.serve_args)
     try:
         _wait_ready(port, proc)
