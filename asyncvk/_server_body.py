@@ -101,10 +101,16 @@ class _Budget:
         self.over = over
 
     async def read(self, read_chunk: Callable[[], Awaitable[bytes]], what: str) -> bytes:
-        """Everything ``read_chunk`` gives until it gives ``b""``; a 413 as soon as the
-        request has sent more than the limit, before the rest is read."""
+        """Everything ``read_chunk`` gives until it gives ``b""``, by the deadline (one timer
+        for the whole read); a 413 as soon as the request has sent more than the limit,
+        before the rest is read."""
+        return await read_by(
+            self.request, partial(self._chunks, read_chunk, what), what, self.deadline
+        )
+
+    async def _chunks(self, read_chunk: Callable[[], Awaitable[bytes]], what: str) -> bytes:
         chunks = []
-        while chunk := await read_by(self.request, read_chunk, what, self.deadline):
+        while chunk := await read_chunk():
             self.left -= len(chunk)
             if self.left < 0:
                 raise RequestError(413, f"{self.over} while reading {what}")

@@ -32,9 +32,10 @@ async def test_requests_that_arrive_together_run_as_one_batch(net: Net) -> None:
     before = net.device.submissions
     answers = await asyncio.gather(*(batcher.infer({"data": x}) for x in xs))
     stats = batcher.statistics
-    # all eleven queued in one turn of the loop, before the first batch formed: 8, then 3
-    assert stats.batch_sizes == {8: 1, 3: 1}, stats.batch_sizes
-    assert net.device.submissions - before == 2  # one submission a batch
+    # all eleven queued in one turn of the loop: the first alone (its plan tells the batcher
+    # what an item takes in memory), then 8, then 2
+    assert stats.batch_sizes == {1: 1, 8: 1, 2: 1}, stats.batch_sizes
+    assert net.device.submissions - before == 3  # one submission a batch
     assert (stats.requests, stats.succeeded, stats.items) == (11, 11, 11)
     for x, answer in zip(xs, answers, strict=True):
         expected = await _alone(net, x)
@@ -46,17 +47,22 @@ async def test_requests_that_arrive_together_run_as_one_batch(net: Net) -> None:
 
 async def test_a_queue_delay_lets_requests_join_the_head(net: Net) -> None:
     batcher = Batcher(net, BatchSettings(max_batch=8, max_queue_delay=0.05))
+    await batcher.infer({"data": _image(0, 1)})  # a shape's first request runs alone
     await asyncio.gather(*(batcher.infer({"data": _image(i, 1)}) for i in range(3)))
-    assert batcher.statistics.batch_sizes == {3: 1}
+    assert batcher.statistics.batch_sizes == {1: 1, 3: 1}
     full = Batcher(net, BatchSettings(max_batch=4, max_queue_delay=3600.0))
+    await full.infer({"data": _image(0, 1)})
     await asyncio.gather(*(full.infer({"data": _image(i, 1)}) for i in range(4)))
-    assert full.statistics.batch_sizes == {4: 1}  # full before the delay: it did not wait
+    assert full.statistics.batch_sizes == {1: 1, 4: 1}  # full before the delay: no wait
 
 
 async def test_requests_of_several_items_and_other_shapes(net: Net) -> None:
     batcher = Batcher(net, BatchSettings(max_batch=8, max_inflight=1))
     two, three = _image(1, 2), _image(2, 3)
     wide = np.random.default_rng(3).uniform(-1, 1, (1, 3, 10, 16)).astype(np.float32)
+    for x, outputs in ((_image(0, 1), None), (_image(0, 1), ["logits", "boxes"]), (wide, None)):
+        await batcher.infer({"data": x}, outputs=outputs)  # each key's first runs alone
+    batcher.statistics.batch_sizes.clear()
     _, a, other, b = await asyncio.gather(
         batcher.infer({"data": _image(0, 1)}),
         batcher.infer({"data": two}),
@@ -101,13 +107,15 @@ async def test_a_batch_holds_the_items_whose_memory_fits(net: Net) -> None:
     that fits, so that the padded batch fits too), and the answers are still each request's."""
     ex = net.create_extractor()
     ex.input("data", _image(0, 1), batch_axis=True)
-    item_bytes = await ex.item_bytes(OUTPUTS)
+    await ex.extract_many(OUTPUTS)
+    item_bytes = ex.plan_item_bytes
     assert item_bytes is not None and item_bytes > 0
     settings = BatchSettings(max_batch=8, max_inflight=1, max_batch_bytes=item_bytes * 5 // 2)
     batcher = Batcher(net, settings)
     xs = [_image(i, 1) for i in range(7)]
     answers = await asyncio.gather(*(batcher.infer({"data": x}) for x in xs))
-    assert batcher.statistics.batch_sizes == {2: 3, 1: 1}, batcher.statistics.batch_sizes
+    # the first alone (its plan tells what an item takes), then at most two
+    assert batcher.statistics.batch_sizes == {1: 1, 2: 3}, batcher.statistics.batch_sizes
     for x, answer in zip(xs, answers, strict=True):
         np.testing.assert_allclose(
             answer["logits"], (await _alone(net, x))["logits"], rtol=1e-5, atol=1e-6

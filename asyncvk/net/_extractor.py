@@ -51,6 +51,9 @@ class Extractor:
         self._batched: dict[int, bool] = {}
         #: what forwards computed, the same way
         self._kept: dict[int, np.ndarray] = {}
+        #: device bytes one item's blobs took at their peak in the last forward's plan (a
+        #: batch of N takes N times that); None before a forward ran on the GPU
+        self.plan_item_bytes: int | None = None
 
     def __repr__(self) -> str:
         graph = self.net.graph
@@ -210,30 +213,11 @@ class Extractor:
             shapes = {b: a.shape[1:] for b, a in reads.items()}
             request = PlanRequest.of(shapes, forward.kept, items)
             plan = await gpu_model.plans.acquire(request)
+            self.plan_item_bytes = plan.peak_bytes
             try:
                 return await plan.run(reads)
             finally:
                 await gpu_model.plans.give_back(plan)
-        finally:
-            gpu_model.leave()
-
-    async def item_bytes(self, names: Iterable[str]) -> int | None:
-        """Device bytes one item's blobs take at their peak in the plan that extracting
-        ``names`` would use (a batch of N takes N times that); None without a GPU. Records
-        the plan for one item if there is none, as a single extraction would."""
-        wanted = [self._output_index(name) for name in names]
-        graph = self._graph()
-        held = {**self._inputs, **self._kept}
-        forward = plan_forward(graph, held.keys(), wanted)
-        gpu_model = self.net.gpu_model
-        if gpu_model is None:
-            return None
-        gpu_model.enter()
-        try:
-            shapes = {b: held[b].shape[1:] for b in forward.reads}
-            plan = await gpu_model.plans.acquire(PlanRequest.of(shapes, forward.kept, 1))
-            await gpu_model.plans.give_back(plan)
-            return plan.peak_bytes
         finally:
             gpu_model.leave()
 

@@ -13,9 +13,9 @@ every request in it. Its size is rounded up to a power of two (the rest is zeros
 never read), so a model has a handful of batch plans rather than one per size.
 
 A batch's blobs take device memory in proportion to its items (the plan's arena holds one
-set per item), so ``max_batch_bytes`` bounds a batch by memory too: before a key's first
-batch, the plan of one item says what an item takes (the plan a single request would record
-anyway), and the key's batches hold at most the power of two of items that fits (a single
+set per item), so ``max_batch_bytes`` bounds a batch by memory too: a key's first batch is its
+head request alone, whose plan says what an item takes (the key's next batch waits for it),
+and the key's later batches hold at most the power of two of items that fits (a single
 request larger than that runs alone).
 
 A request that finds ``max_queue`` waiting is refused (:class:`QueueFull`); one whose caller
@@ -117,6 +117,8 @@ class Batcher:
         self._running: set[asyncio.Task[None]] = set()
         #: per key, the device bytes one item's blobs take (learned from its first batch)
         self._item_bytes: dict[_Key, int] = {}
+        #: keys whose first batch runs now: their next waits to learn from it
+        self._learning: set[_Key] = set()
         self.statistics = BatchStatistics()
 
     async def infer(
@@ -167,6 +169,9 @@ class Batcher:
                 await self._wake.wait()  # a batch ended (or a request came)
                 continue
             head = self._queue[0]
+            if head.key in self._learning:
+                await self._wake.wait()  # its first batch ended (or a request came)
+                continue
             if settings.max_queue_delay > 0 and self._joinable(head) < self._most_items(head):
                 left = head.arrived + settings.max_queue_delay - self._clock()
                 if left > 0:
@@ -177,24 +182,10 @@ class Batcher:
                     if self._clock() < head.arrived + settings.max_queue_delay:
                         continue  # woken early: look again
             if head.key not in self._item_bytes:
-                await self._learn_item_bytes(head)
-                continue  # the queue may have changed meanwhile: look again
+                self._learning.add(head.key)
             task = asyncio.ensure_future(self._run(self._take(head)))
             self._running.add(task)
             task.add_done_callback(self._batch_ended)
-
-    async def _learn_item_bytes(self, head: _Request) -> None:
-        """What one item of the head's key takes in device memory, from the plan its batch
-        would use (recorded for one item now if none was; 0 where none is known, as on the
-        CPU or for inputs the model refuses, which their batch then reports)."""
-        try:
-            ex = self.net.create_extractor()
-            for name, array in head.inputs.items():
-                ex.input(name, array, batch_axis=True)
-            item_bytes = await ex.item_bytes(head.outputs)
-        except Exception:
-            item_bytes = None
-        self._item_bytes[head.key] = item_bytes or 0
 
     def _batch_ended(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
@@ -213,8 +204,11 @@ class Batcher:
 
     def _most_items(self, head: _Request) -> int:
         """The items a batch of the head's key may hold: ``max_batch``, or the power of two
-        of items whose memory fits ``max_batch_bytes`` where that is fewer."""
+        of items whose memory fits ``max_batch_bytes`` where that is fewer; the head alone
+        while what an item takes is not known."""
         item_bytes = self._item_bytes.get(head.key)
+        if item_bytes is None:
+            return head.items
         if not item_bytes:
             return self.settings.max_batch
         fits = self.settings.max_batch_bytes // max(item_bytes, 1)
@@ -251,6 +245,7 @@ class Batcher:
             for name, array in inputs.items():
                 ex.input(name, array, batch_axis=True)
             results = await ex.extract_many(batch[0].outputs)
+            self._item_bytes[batch[0].key] = ex.plan_item_bytes or 0  # 0: none on the CPU
         except Exception as exc:
             stats.failed += len(batch)
             for r in batch:
@@ -259,6 +254,7 @@ class Batcher:
             return
         finally:
             stats.compute_seconds += self._clock() - start
+            self._learning.discard(batch[0].key)
         offset = 0
         for r in batch:
             if not r.future.done():

@@ -19,7 +19,7 @@ from .._input_limits import check_input_size
 from ..cache._pipeline_cache import PipelineCache
 from ..net._net import Net
 from ..net._option import Option
-from ._batcher import Batcher, BatchSettings
+from ._batcher import Batcher, BatchSettings, BatchStatistics
 
 log = logging.getLogger("asyncvk.serve")
 
@@ -181,9 +181,10 @@ class Repository:
             shapes = self._warm_up_shapes(net)
             if shapes:
                 t0 = time.perf_counter()
-                await warm_up(net, shapes)
+                await warm_up(net, shapes, model.batcher)
                 if self.warm_up_batches:
                     await warm_up_batches(net, shapes, self.batching)
+                model.batcher.statistics = BatchStatistics()  # the warm-up is not served
                 model.warm_up_seconds = time.perf_counter() - t0
         except Exception as exc:
             model.error = f"{files.name}: {type(exc).__name__}: {exc}"
@@ -303,15 +304,18 @@ def _open_shared_cache(option: Option) -> PipelineCache | None:
     return PipelineCache(device, max_workers=option.num_compile_threads)
 
 
-async def warm_up(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
-    """One inference on zeros; then the pipelines built in the background (the Winograd passes
-    on lavapipe, which waits for a first inference to compile them) are adopted and, if any
-    were, a second inference records the plan again with them: ready means none is left."""
+async def warm_up(
+    net: Net, shapes: Mapping[str, tuple[int, ...]], batcher: Batcher | None = None
+) -> None:
+    """One inference on zeros (through ``batcher``, which learns what an item of these shapes
+    takes in memory); then the pipelines built in the background (the Winograd passes on
+    lavapipe, which waits for a first inference to compile them) are adopted and, if any were,
+    a second inference records the plan again with them: ready means none is left."""
     before = net.gpu_model.pipelines_version if net.gpu_model is not None else 0
-    await _infer_zeros(net, shapes)
+    await _infer_zeros(net, shapes, batcher)
     await net.background_builds()
     if net.gpu_model is not None and net.gpu_model.pipelines_version != before:
-        await _infer_zeros(net, shapes)
+        await _infer_zeros(net, shapes, batcher)
 
 
 async def warm_up_batches(
@@ -324,7 +328,8 @@ async def warm_up_batches(
     one = net.create_extractor()
     for name, shape in shapes.items():
         one.input(name, np.zeros((1, *shape), np.float32), batch_axis=True)
-    item_bytes = await one.item_bytes(net.output_names) or 0
+    await one.extract_many(net.output_names)
+    item_bytes = one.plan_item_bytes or 0
     size = 2
     while size <= settings.max_batch and size * item_bytes <= settings.max_batch_bytes:
         ex = net.create_extractor()
@@ -334,7 +339,9 @@ async def warm_up_batches(
         size *= 2
 
 
-async def _infer_zeros(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
+async def _infer_zeros(
+    net: Net, shapes: Mapping[str, tuple[int, ...]], batcher: Batcher | None
+) -> None:
     ex = net.create_extractor()
     for name, shape in shapes.items():
         check_input_size(f"warm-up input {name}", shape)
@@ -343,7 +350,10 @@ async def _infer_zeros(net: Net, shapes: Mapping[str, tuple[int, ...]]) -> None:
         except (KeyError, ValueError) as exc:
             raise ValueError(f"warm-up input {name}={shape}: {exc}") from exc
     try:
-        await ex.extract_many(net.output_names)
+        if batcher is None:
+            await ex.extract_many(net.output_names)
+        else:
+            await batcher.infer({n: np.zeros((1, *s), np.float32) for n, s in shapes.items()})
     except AsyncVkError as exc:
         raise ValueError(f"warm-up with {dict(shapes)}: {exc}") from exc
 
