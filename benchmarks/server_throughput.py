@@ -366,7 +366,8 @@ def _model(args: argparse.Namespace, name: str, shape: tuple[int, ...]) -> dict[
             for protocol in args.protocols.split(","):
                 before = _metrics(port)
                 served = _clients(dict(spec, protocol=protocol), args.client_processes)
-                served.update(_batches(before, _metrics(port), name))
+                if "--workers" not in args.serve_args:  # /metrics is one worker's own
+                    served.update(_batches(before, _metrics(port), name))
                 report[str(c)][protocol] = served
             print(f"{name} x{c}: {json.dumps(report[str(c)])}", file=sys.stderr, flush=True)
     finally:
