@@ -41,10 +41,26 @@ class DriverBlob(SpirvEntries):
         if digest in self._refused_blobs:
             log.info("not merging a driver blob that broke pipeline creation in this process")
             return False
+        if digest in self._merged_blobs:
+            return True  # merged before: the live cache holds it
         self._merged_blobs.add(digest)
         self.vk_cache.merge(blob)
         self.driver_blob_loaded = self.driver_blob_loaded or blob_holds_pipelines(blob)
         return True
+
+    def blob_with(self, other: bytes) -> bytes:
+        """The live driver cache's data merged with ``other`` (validated by the caller) in a
+        scratch cache: what a save writes. The live cache is not touched."""
+        live = self.driver_blob()
+        digest = hashlib.blake2b(other, digest_size=16).digest()
+        if self.vk_cache is None or not other or digest in self._refused_blobs | self._merged_blobs:
+            return live
+        scratch = DriverPipelineCache(self.device, live)
+        try:
+            scratch.merge(other)
+            return scratch.data()
+        finally:
+            scratch.release()
 
     def _create_or_rebuild(
         self,

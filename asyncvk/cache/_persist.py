@@ -104,14 +104,24 @@ def _note(cache: PipelineCache, result: CacheLoadResult) -> CacheLoadResult:
     return result
 
 
-def current_contents(cache: PipelineCache) -> CacheContents:
-    """What this cache would write now; a blob the driver returns malformed is dropped."""
+def current_contents(cache: PipelineCache, saved: CacheContents | None = None) -> CacheContents:
+    """What this cache would write now, with what ``saved`` holds beside it (merged into a
+    snapshot: the live cache is not changed); a blob the driver returns malformed is
+    dropped."""
     identity = cache.device.info.identity
     blob = cache.driver_blob()
+    spirv = cache.spirv_entries()
+    if saved is not None:
+        spirv = cache.spirv_with(saved.spirv)
+        if saved.driver_blob:
+            try:
+                blob = cache.blob_with(saved.driver_blob)
+            except AsyncVkError as exc:
+                log.info("not merging the blob on disk: %s", exc)
     if blob and validate_driver_blob(blob, identity) is not None:
         log.warning("dropping a malformed driver blob from the save")
         blob = b""
-    return CacheContents(identity=identity, spirv=cache.spirv_entries(), driver_blob=blob)
+    return CacheContents(identity=identity, spirv=spirv, driver_blob=blob)
 
 
 def encode_current(cache: PipelineCache) -> bytes:
@@ -127,14 +137,8 @@ def merge_with_saved(cache: PipelineCache, existing: bytes | None) -> bytes:
             source_hashes=cache.registry.source_hash_view(),
         )
         if result and old is not None:
-            if old.driver_blob and cache.vk_cache is not None:
-                try:
-                    cache.merge_driver_blob(old.driver_blob)
-                except AsyncVkError as exc:
-                    log.info("not merging the blob on disk: %s", exc)
-            mine, foreign = split_by_macros(old.spirv, cache.device_macro_hash)
-            cache.add_spirv_entries(mine)
-            merged = current_contents(cache)
+            foreign = split_by_macros(old.spirv, cache.device_macro_hash)[1]
+            merged = current_contents(cache, old)
             # Keep entries for other device macros that share this identity. This device's
             # entries that the live cache lacks were dropped as bad: they stay dropped.
             if foreign:

@@ -5,6 +5,7 @@ interface before their first use."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from .._errors import CacheMissError, SpirvError
 from ..shader._interface import declared_interface, interface_mismatch
@@ -229,6 +230,17 @@ class SpirvEntries(CacheCore):
         for line in lines:
             log.warning("cached %s; compiling it from source", line)
         return lines
+
+    def spirv_with(self, entries: Mapping[SpirvKey, bytes]) -> dict[SpirvKey, bytes]:
+        """This cache's SPIR-V entries together with those of ``entries`` that
+        :meth:`add_spirv_entries` would adopt (this device's macros, builtins as installed, none
+        dropped as bad here): what a save writes. The live entries are not touched."""
+        mine = split_by_macros(entries, self._macro_hash)[0]
+        adoptable = {k: v for k, v in mine.items() if not self._not_builtin(k, v)}
+        with self._lock:
+            union = {k: v for k, v in adoptable.items() if (k, v) not in self._rejected_spirv}
+            union.update(self._spirv)
+        return union
 
     def _not_builtin(self, key: SpirvKey, spirv: bytes) -> str | None:
         """Why ``spirv`` is not the install's SPIR-V for ``key``, or None when it is, or when

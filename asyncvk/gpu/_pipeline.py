@@ -151,9 +151,12 @@ def create_pipeline(
             device, module, layout, spec_info, subgroup_size
         )
         pipeline_out = ffi.new("VkPipeline*")
-        cache = pipeline_cache.handle if pipeline_cache is not None else ffi.NULL
         start = time.perf_counter()
-        _create_compute_pipeline(device, cache, pipeline_info, pipeline_out)
+        if pipeline_cache is None:
+            _create_compute_pipeline(device, ffi.NULL, pipeline_info, pipeline_out)
+        else:
+            with pipeline_cache.lock.shared():  # a merge into the cache waits meanwhile
+                _create_compute_pipeline(device, pipeline_cache.handle, pipeline_info, pipeline_out)
         seconds = time.perf_counter() - start
         del spec_alive, stage_alive  # what the create info pointed at lived until here
         handle = pipeline_out[0]
