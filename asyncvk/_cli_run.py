@@ -360,7 +360,7 @@ def cmd_cache_warm(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from ._runner import parse_input_shape
-    from ._server import run_server
+    from .serve import run_server
     from .serve._batcher import BatchSettings
 
     _check_cache_folder_args(args)

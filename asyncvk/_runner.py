@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ._input_limits import check_input_size, load_npy_file
 from .cache._pipeline_cache import PipelineCache
+from .net._input_limits import check_input_size, load_npy_file
 from .net._net import Net
 from .net._option import Option
 
@@ -259,7 +259,7 @@ async def close_net(opened: OpenNet, *, save: bool = True, release: bool = True)
 def load_npy(spec: str) -> tuple[str, np.ndarray]:
     """``NAME=FILE.npy``, ``NAME=FILE.npz`` (the array called NAME, or the only one) or
     ``NAME=FILE.npz:KEY``: each header is checked against the bytes that hold it and against
-    the limits (:mod:`asyncvk._input_limits`) before the array is allocated. Real numbers of
+    the limits (:mod:`asyncvk.net._input_limits`) before the array is allocated. Real numbers of
     any width are converted to float32 by the extractor; other dtypes are refused."""
     name, _, path = spec.partition("=")
     if not name or not path:
@@ -278,7 +278,7 @@ def _load_npz_member(where: str, path: str, key: str | None, name: str) -> np.nd
     """One array of an .npz archive, its header checked before it is read."""
     import zipfile
 
-    from ._input_limits import load_npz_member
+    from .net._input_limits import load_npz_member
 
     try:
         archive = zipfile.ZipFile(path)

@@ -15,7 +15,7 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
-from asyncvk._server import create_app
+from asyncvk.serve import create_app
 
 
 async def hello(request: web.Request) -> web.Response:

@@ -15,11 +15,12 @@ from aiohttp.test_utils import TestServer
 from test_net_run import OUTPUTS, PARAM
 from test_oip import CUNET, _batch, _expected
 
-from asyncvk._server import STATE_KEY, create_models_app
 from asyncvk.net._random_weights import random_weights
+from asyncvk.serve import create_models_app
 from asyncvk.serve._batcher import BatchSettings
 from asyncvk.serve._oip import MODELS_KEY
 from asyncvk.serve._repository import ModelFiles
+from asyncvk.serve._state import STATE_KEY
 
 grpc = pytest.importorskip("grpc")
 grpcclient = pytest.importorskip("tritonclient.grpc.aio")

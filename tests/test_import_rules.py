@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "asyncvk"
 #: Leaf modules every part may import: the error tree, the lazy-attribute helper, the worker
 #: threads, the version.
 SHARED = {"_errors", "_lazy", "_threads", "_version"}
-#: The application modules on top (CLI, server, runner): they may import any part but _vk.
+#: The application modules on top (CLI, runner): they may import any part but _vk.
 APPLICATION = {
     "cli",
     "_cli_cache",
@@ -26,12 +26,9 @@ APPLICATION = {
     "_cli_report",
     "_cli_run",
     "_cli_shapehint",
-    "_server",
-    "_server_body",
     "_runner",
     "__main__",
     "__init__",
-    "_input_limits",
     "_process_clock",
     "_progress",
     "_os_words",
@@ -43,9 +40,9 @@ ALLOWED: dict[str, set[str]] = {
     "cache": {"gpu", "shader"},
     # layers declare: they use gpu and cache types, and shader's ShaderOptions (a type too)
     "layers": {"gpu", "cache", "shader"},
-    "net": {"layers", "cache", "gpu", "shader", "_input_limits"},
-    # the serving engine: batcher, model repository, protocol; the server's body reading
-    "serve": {"net", "cache", "gpu", "_input_limits", "_server_body"},
+    "net": {"layers", "cache", "gpu", "shader"},
+    # the serving engine: batcher, model repository, the protocol over HTTP and gRPC, the app
+    "serve": {"net", "cache", "gpu"},
     **{
         app: {"gpu", "cache", "shader", "layers", "net", "serve", *APPLICATION}
         for app in APPLICATION

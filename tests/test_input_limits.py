@@ -15,8 +15,9 @@ import pytest
 from cli_runner import cli
 from numpy.lib import format as npy_format
 
-from asyncvk import InputError, InputTooLargeError, Net, Option, _input_limits
-from asyncvk._input_limits import (
+from asyncvk import InputError, InputTooLargeError, Net, Option
+from asyncvk.net import _input_limits
+from asyncvk.net._input_limits import (
     MAX_INPUT_BYTES_ENV,
     check_input_size,
     check_plan_fits,

@@ -15,10 +15,11 @@ from aiohttp.test_utils import TestServer
 from test_net_run import PARAM
 
 from asyncvk import Net, Option
-from asyncvk._server import STATE_KEY, create_models_app
 from asyncvk.net._random_weights import random_weights
+from asyncvk.serve import create_models_app
 from asyncvk.serve._oip import MODELS_KEY, REPOSITORY_KEY
 from asyncvk.serve._repository import find_models
+from asyncvk.serve._state import STATE_KEY
 
 triton = pytest.importorskip("tritonclient.http.aio")
 from tritonclient.http import InferInput  # noqa: E402

@@ -17,10 +17,11 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from asyncvk import Option
-from asyncvk._server import NET_KEY, STATE_KEY, create_app
 from asyncvk.net._plan import PlanRequest
+from asyncvk.serve import create_app
 from asyncvk.serve._batcher import BatchSettings
 from asyncvk.serve._oip import MODELS_KEY
+from asyncvk.serve._state import NET_KEY, STATE_KEY
 
 CUNET = Path(__file__).parent / "models" / "cunet"
 TIMEOUT = aiohttp.ClientTimeout(total=60)

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._errors import InputError
-from .._input_limits import check_plan_fits
 from .._threads import run_sync
 from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer, MemoryKind
 from ..layers._gpu_api import GpuBlob
 from ._forward import needed_nodes
 from ._graph import Graph, GraphNode
+from ._input_limits import check_plan_fits
 from ._plan_context import PlanContext
 from ._plan_memory import assign_offsets, live_ranges
 

@@ -21,8 +21,8 @@ import numpy as np
 from aiohttp import web
 
 from .._errors import AsyncVkError, InputError, InputTooLargeError
-from .._server_body import ClientGone, RequestError, read_body
 from ._batcher import QueueFull, with_batch_axis
+from ._body import ClientGone, RequestError, read_body
 from ._protocol import (
     NoSuchModel,
     config,

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from .._errors import InputError
-from .._input_limits import check_input_size
 from .._version import __version__
+from ..net._input_limits import check_input_size
 from ._repository import ServedModel
 
 #: the protocol's datatypes that hold real numbers, as numpy reads their bytes (little-endian)

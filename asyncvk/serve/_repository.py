@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._errors import AsyncVkError
-from .._input_limits import check_input_size
 from ..cache._pipeline_cache import PipelineCache
+from ..net._input_limits import check_input_size
 from ..net._net import Net
 from ..net._option import Option
 from ._batcher import Batcher, BatchSettings, BatchStatistics

@@ -32,7 +32,7 @@ from typing import IO, TYPE_CHECKING
 import numpy as np
 from numpy.lib import format as npy_format
 
-from ._errors import InputError, InputTooLargeError
+from .._errors import InputError, InputTooLargeError
 
 if TYPE_CHECKING:
     import zipfile

@@ -28,9 +28,9 @@ import numpy as np
 from aiohttp import BodyPartReader, web
 from aiohttp.http_exceptions import HttpProcessingError, PayloadEncodingError
 
-from ._errors import InputError
-from ._input_limits import load_npy_bytes, read_npy_header
-from .net._net import Net
+from .._errors import InputError
+from ..net._input_limits import load_npy_bytes, read_npy_header
+from ..net._net import Net
 
 T = TypeVar("T")
 
