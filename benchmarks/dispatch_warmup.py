@@ -31,7 +31,7 @@ MODES = ("none", "wait", "async")
 CHILD = r"""
 import asyncio, json, sys, time
 import numpy as np
-from asyncvk._runner import RunConfig, open_net
+from asyncvk.cli._runner import RunConfig, open_net
 from asyncvk.gpu import CommandRecorder
 
 folder, mode = sys.argv[1], sys.argv[2]

@@ -5,7 +5,7 @@ dataclasses (each generated method is compiled from source at import).
     python benchmarks/import_cost.py [--processes 7] [--out FILE.json]
 
 Each sample is a fresh interpreter that imports numpy, asyncio and vulkan first, then times
-``asyncvk.cli`` and ``asyncvk._runner`` (which bring the net, cache, gpu and layer modules) with
+``asyncvk.cli`` and ``asyncvk.cli._runner`` (which bring the net, cache, gpu and layer modules) with
 ``dataclasses``' class processing timed alongside. Where ``msgspec`` is importable it also times
 an alternative: its import, and 40 frozen eight-field classes made as dataclasses and as
 ``msgspec.Struct`` (C).
@@ -31,7 +31,7 @@ def timed(cls, *args, **kwargs):
         spent.append(time.perf_counter() - t)
 dataclasses._process_class = timed
 t = time.perf_counter()
-import asyncvk.cli, asyncvk._runner
+import asyncvk.cli, asyncvk.cli._runner
 out = {"asyncvk_modules_s": time.perf_counter() - t, "dataclasses_s": sum(spent),
        "dataclasses": len(spent),
        "modules": sum(1 for m in sys.modules if m.startswith("asyncvk"))}

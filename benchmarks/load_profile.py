@@ -28,7 +28,7 @@ import asyncio, functools, json, statistics, sys, time
 import numpy as np
 import asyncvk.cache._spirv_entries as spirv_entries
 from asyncvk.shader._compiler import OptimizationLevel, compile_glsl
-from asyncvk._runner import RunConfig, open_net
+from asyncvk.cli._runner import RunConfig, open_net
 
 param, model, inp, level = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 spirv_entries.compile_glsl = functools.partial(compile_glsl, optimization=OptimizationLevel(level))

@@ -12,7 +12,7 @@ Every case runs in fresh interpreters, interleaved, with the drivers' disk cache
   thread imports numpy and asyncio (the driver's calls let go of the GIL). No Python program that
   uses numpy, asyncio and this Vulkan binding can produce a GPU result before this ends.
 * ``asyncvk_ready``: what ``asyncvk run`` does before it reads the model: asyncvk's device thread
-  (``asyncvk.cli``'s) beside the main thread's imports, ``asyncvk._runner`` included.
+  (``asyncvk.cli``'s) beside the main thread's imports, ``asyncvk.cli._runner`` included.
 
 Each child also times a fixed pure-Python loop after its marks (``host_speed.py``'s), so a
 report shows which of the host's speeds each process drew.
@@ -27,7 +27,7 @@ from typing import Any
 
 from _common import emit, run_child, spread
 
-#: Seconds since the kernel started this process, as ``asyncvk._process_clock`` reads them,
+#: Seconds since the kernel started this process, as ``asyncvk.cli._process_clock`` reads them,
 #: written out so that the pure cases import nothing of asyncvk.
 _CLOCK = r"""
 import os, time, json, threading
@@ -80,7 +80,7 @@ CASES: dict[str, str] = {
     "asyncvk_ready": _CLOCK
     + "from asyncvk import cli\nfrom asyncvk.gpu import _driver_load\n_driver_load.start()\n"
     + "threading.Thread(target=cli._open_device, args=(None,), daemon=True).start()\n"
-    + "import numpy, asyncio, asyncvk._runner\nmarks['imports_done'] = since()\n"
+    + "import numpy, asyncio, asyncvk.cli._runner\nmarks['imports_done'] = since()\n"
     + "from asyncvk.gpu._device import get_gpu_device\nget_gpu_device(None)\n"
     + "marks['device_opened'] = since()\n"
     + _REPORT,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_runner import cli
 
-from asyncvk._os_words import describe_os_error
+from asyncvk.cli._os_words import describe_os_error
 
 CUNET = Path(__file__).parent / "models" / "cunet"
 

@@ -17,22 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "asyncvk"
 #: Leaf modules every part may import: the error tree, the lazy-attribute helper, the worker
 #: threads, the version.
 SHARED = {"_errors", "_lazy", "_threads", "_version"}
-#: The application modules on top (CLI, runner): they may import any part but _vk.
-APPLICATION = {
-    "cli",
-    "_cli_cache",
-    "_cli_info",
-    "_cli_remote",
-    "_cli_report",
-    "_cli_run",
-    "_cli_shapehint",
-    "_runner",
-    "__main__",
-    "__init__",
-    "_process_clock",
-    "_progress",
-    "_os_words",
-}
+#: The application on top (the command line, the entry points): it may import any part but _vk.
+APPLICATION = {"cli", "__main__", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     "_vk": set(),
     "shader": set(),

@@ -121,8 +121,8 @@ def test_a_cold_run_takes_the_package_and_never_loads_the_compiler(
     script = """
 import asyncio, json, sys
 import numpy as np
-from asyncvk import cli
-from asyncvk._runner import RunConfig, close_net, open_net
+from asyncvk.cli import _main as cli
+from asyncvk.cli._runner import RunConfig, close_net, open_net
 
 async def main():
     args = cli.build_parser().parse_args(["run", *sys.argv[1:3], "--cache", sys.argv[3]])

@@ -900,7 +900,7 @@ async def test_an_empty_local_cache_imports_the_client_early(
     The plain reader's module is imported at once and nothing connects (the load's first read
     is the probe); redis-py's, for a URL only it reads, only once a probe finds the store
     answering."""
-    from asyncvk._runner import RunConfig, _remote_client_import
+    from asyncvk.cli._runner import RunConfig, _remote_client_import
 
     def started(url: str = server.url, **where: str) -> asyncio.Task[bool] | None:
         return _remote_client_import(RunConfig("p", "b", remote_cache=url, **where))

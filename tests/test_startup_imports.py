@@ -100,8 +100,8 @@ def test_a_cold_run_sets_up_the_compiler_beside_the_imports(tmp_path: Path) -> N
     argv += ["--cache", str(tmp_path / "absent.vkcache")]
     script = f"""
 import sys, time
-from asyncvk import cli
-from asyncvk._cli_report import _marks
+from asyncvk.cli import _main as cli
+from asyncvk.cli._report import _marks
 args = cli.build_parser().parse_args({argv!r})
 cli._start_opening_device(args)
 deadline = time.monotonic() + 30
@@ -115,7 +115,7 @@ print("compiler_ready" in _marks, "numpy" in sys.modules)
 def test_only_a_run_that_will_compile_sets_up_the_compiler(tmp_path: Path) -> None:
     """A warm run (its cache file exists) starts no set-up at the CLI's first lines, beside its
     imports and the driver (nor later, unless the file held no SPIR-V: the next test)."""
-    from asyncvk import cli
+    from asyncvk.cli import _main as cli
 
     model = MODELS / "squeezenet"
     cache = tmp_path / "c.vkcache"
@@ -176,7 +176,7 @@ def test_with_a_remote_cache_the_set_up_waits_unless_the_store_is_down(
 #: The CLI's first lines for a run with no local cache, then whether glslang was set up.
 PREPARED_BY_THE_CLI = """
 import sys, threading
-from asyncvk import cli
+from asyncvk.cli import _main as cli
 import asyncvk.shader._compiler as compiler
 args = cli.build_parser().parse_args(["run", "p", "b", "--remote-cache", sys.argv[1]])
 cli._start_opening_device(args)
@@ -207,7 +207,7 @@ asyncio.run(main())
 WARM_OPEN = """
 import asyncio, sys
 import asyncvk.shader._compiler as compiler
-from asyncvk._runner import RunConfig, close_net, open_net
+from asyncvk.cli._runner import RunConfig, close_net, open_net
 
 async def main():
     opened = await open_net(RunConfig(sys.argv[1], sys.argv[2], cache_file=sys.argv[3]))
@@ -237,8 +237,8 @@ def test_a_warm_run_sets_up_the_compiler_only_when_its_file_held_no_spirv(
 WARM_RESULT = """
 import asyncio, sys
 import numpy as np
-from asyncvk import cli
-from asyncvk._runner import RunConfig, close_net, open_net
+from asyncvk.cli import _main as cli
+from asyncvk.cli._runner import RunConfig, close_net, open_net
 
 async def main():
     cli.build_parser().parse_args(["run", *sys.argv[1:3], "--cache", sys.argv[3]])

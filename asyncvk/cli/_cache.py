@@ -7,11 +7,11 @@ import argparse
 import sys
 from typing import Any
 
-from ._cli_report import print_report
+from ._report import print_report
 
 
 def cmd_cache_inspect(args: argparse.Namespace) -> int:
-    from .cache._file_format import describe_cache, read_cache_source
+    from ..cache._file_format import describe_cache, read_cache_source
 
     data = read_cache_source(args.file)
     if not isinstance(data, bytes):
@@ -60,12 +60,12 @@ def _verdict_words(verdict: dict[str, Any]) -> str:
 
 
 def _verify(path: str, device_index: int | None) -> dict[str, Any]:
-    from .cache._pipeline_cache import PipelineCache
-    from .gpu import get_gpu_count, get_gpu_device
+    from ..cache._pipeline_cache import PipelineCache
+    from ..gpu import get_gpu_count, get_gpu_device
 
     if get_gpu_count() == 0:
         return {"accepted": False, "loaded": False, "reason": "no Vulkan device"}
-    from .gpu._identity import name_hash
+    from ..gpu._identity import name_hash
 
     device = get_gpu_device(device_index)
     info = device.info
@@ -108,7 +108,7 @@ def cmd_cache_verify(args: argparse.Namespace) -> int:
 def cmd_cache_ls(args: argparse.Namespace) -> int:
     import time as _time
 
-    from .cache._directory import CacheDirectory
+    from ..cache._directory import CacheDirectory
 
     directory = CacheDirectory(args.dir, read_only=True)
     if not directory.path.is_dir():
@@ -148,7 +148,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    from .cache._directory import DEFAULT_MAX_BYTES, CacheDirectory
+    from ..cache._directory import DEFAULT_MAX_BYTES, CacheDirectory
 
     directory = CacheDirectory(args.dir, max_bytes=args.max_bytes or DEFAULT_MAX_BYTES)
     result = directory.prune()

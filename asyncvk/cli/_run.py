@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ._cli_report import mark, print_report, user_clock
 from ._progress import Progress
+from ._report import mark, print_report, user_clock
 
 
 def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
@@ -19,9 +19,9 @@ def _config(args: argparse.Namespace, progress: Progress | None = None) -> Any:
 
     if getattr(args, "cache", None) and getattr(args, "cache_dir", None):
         raise ValueError("use either --cache FILE or --cache-dir DIR --graph-key KEY, not both")
-    _check_cache_folder_args(args)
+    check_cache_folder_args(args)
     cache_file = _usable_cache_target(getattr(args, "cache", None))
-    _check_remote_cache_arg(args)
+    check_remote_cache_arg(args)
     return RunConfig(
         param=args.param,
         model=_model_source(args),
@@ -52,17 +52,17 @@ def _model_source(args: argparse.Namespace) -> str:
     return RANDOM_WEIGHTS if random else str(args.bin)
 
 
-def _check_cache_folder_args(args: argparse.Namespace) -> None:
+def check_cache_folder_args(args: argparse.Namespace) -> None:
     """A cache folder is named by both ``--cache-dir`` and ``--graph-key``, or by neither."""
     if bool(getattr(args, "cache_dir", None)) != bool(getattr(args, "graph_key", None)):
         raise ValueError("--cache-dir and --graph-key go together")
 
 
-def _check_remote_cache_arg(args: argparse.Namespace) -> None:
+def check_remote_cache_arg(args: argparse.Namespace) -> None:
     """A malformed ``--remote-cache`` URL is refused before any work is done."""
     url = getattr(args, "remote_cache", None)
     if url:
-        from .cache._remote_store import parse_remote_url
+        from ..cache._remote_store import parse_remote_url
 
         parse_remote_url(url, where="--remote-cache")
 
@@ -76,7 +76,7 @@ def _usable_cache_target(path: str | None) -> str | None:
         return None
     import sys
 
-    from .cache._safe_fs import expand_path, ownership_refusal, replace_refusal
+    from ..cache._safe_fs import expand_path, ownership_refusal, replace_refusal
 
     target = expand_path(path)
     why = replace_refusal(target) or ownership_refusal(target)
@@ -356,80 +356,3 @@ def cmd_cache_warm(args: argparse.Namespace) -> int:
 
     print_report(args, report, text)
     return 0 if report.get("cache_saved", True) else 1
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from ._runner import parse_input_shape
-    from .serve import run_server
-    from .serve._batcher import BatchSettings
-
-    _check_cache_folder_args(args)
-    _check_remote_cache_arg(args)
-    models = _served_models(args)
-    if args.grpc_port is not None:
-        _check_grpc_installed()
-    if args.workers > 1:
-        if args.port == 0 or args.grpc_port == 0:
-            raise ValueError("--workers shares one port: give it (port 0 would pick one each)")
-        from .serve._workers import run_workers
-
-        return run_workers(args.argv, args.workers)
-    return run_server(
-        models,
-        host=args.host,
-        port=args.port,
-        cache_dir=args.cache_dir,
-        graph_key=args.graph_key,
-        remote_cache=args.remote_cache,
-        device=args.device,
-        max_body=args.max_body,
-        warm_up=dict(parse_input_shape(s) for s in args.warm_up),
-        body_timeout=args.body_timeout,
-        stay_up_on_load_error=args.stay_up_on_load_error,
-        access_log=args.access_log,
-        max_plans_per_shape=args.max_plans_per_shape,
-        idle_plans_per_shape=args.idle_plans_per_shape,
-        plan_idle_seconds=args.plan_idle_seconds,
-        max_queue=args.max_queue,
-        batching=BatchSettings(
-            max_batch=args.max_batch,
-            max_batch_bytes=args.max_batch_bytes,
-            max_queue_delay=args.max_queue_delay_us / 1e6,
-            max_queue=max(args.max_queue, 1),
-            max_inflight=args.max_inflight,
-        ),
-        folder=args.models,
-        poll_seconds=args.poll_models,
-        reuse_port=args.reuse_port,
-        warm_up_batches=args.warm_up_batches,
-        grpc_port=args.grpc_port,
-    )
-
-
-def _check_grpc_installed() -> None:
-    try:
-        import google.protobuf  # noqa: F401
-        import grpc  # noqa: F401
-    except ImportError as exc:
-        raise ValueError(
-            f"--grpc-port needs grpcio and protobuf ({exc}): pip install asyncvk-runtime[grpc]"
-        ) from None
-
-
-def _served_models(args: argparse.Namespace) -> list[Any]:
-    """``PARAM BIN [--name NAME]`` or ``--models DIR``: one of the two."""
-    from .serve._repository import ModelFiles, find_models, name_for
-
-    if not args.poll_models >= 0:
-        raise ValueError(f"--poll-models {args.poll_models}: must be 0 (off) or more seconds")
-    if args.warm_up_batches and not args.warm_up:
-        raise ValueError("--warm-up-batches needs the shapes of --warm-up NAME=C,H,W")
-    if args.poll_models and not args.models:
-        raise ValueError("--poll-models follows a --models DIR folder: give one")
-    if args.models:
-        if args.param or args.bin or args.name:
-            raise ValueError("--models DIR serves a folder: give no PARAM, BIN or --name with it")
-        return find_models(args.models)
-    if not args.param or not args.bin:
-        raise ValueError("serve needs PARAM and BIN, or --models DIR")
-    return [ModelFiles(args.name or name_for(args.param), args.param, args.bin)]

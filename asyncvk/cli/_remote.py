@@ -12,19 +12,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._cli_report import print_report
+from ._report import print_report
 
 
 def _tier(args: argparse.Namespace) -> Any:
-    from .cache._remote_store import parse_remote_url
-    from .cache._remote_tier import RemoteTier, resolve_secret
+    from ..cache._remote_store import parse_remote_url
+    from ..cache._remote_tier import RemoteTier, resolve_secret
 
     return RemoteTier(parse_remote_url(args.remote, where="--remote"), resolve_secret(None))
 
 
 def _device(index: int | None) -> Any:
-    from ._errors import NoDeviceError
-    from .gpu import get_gpu_count, get_gpu_device
+    from .._errors import NoDeviceError
+    from ..gpu import get_gpu_count, get_gpu_device
 
     if get_gpu_count() == 0:
         raise NoDeviceError("no Vulkan device: push and pull check values on the device")
@@ -41,7 +41,7 @@ def _finish(tier: Any, report: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _push(args: argparse.Namespace) -> dict[str, Any]:
-    from .cache._pipeline_cache import PipelineCache
+    from ..cache._pipeline_cache import PipelineCache
 
     tier = _tier(args)
     cache = PipelineCache(_device(args.device), read_only=True)
@@ -83,7 +83,7 @@ def cmd_cache_push(args: argparse.Namespace) -> int:
 
 
 async def _pull(args: argparse.Namespace) -> dict[str, Any]:
-    from .cache._pipeline_cache import PipelineCache
+    from ..cache._pipeline_cache import PipelineCache
 
     tier = _tier(args)
     cache = PipelineCache(_device(args.device))

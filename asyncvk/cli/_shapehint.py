@@ -6,18 +6,18 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ._cli_report import print_report
+from ._report import print_report
 
 if TYPE_CHECKING:
-    from .net._param_parser import LayerDecl
+    from ..net._param_parser import LayerDecl
 
 
 def cmd_shapehint(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from ..net._param_parser import parse_param_text
+    from ..net._shape_hints import infer_shapes, write_hints
     from ._runner import parse_shape
-    from .net._param_parser import parse_param_text
-    from .net._shape_hints import infer_shapes, write_hints
 
     inputs: dict[str, tuple[int, ...]] = {}
     for spec in args.shape:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._cli_report import print_report
+from ._report import print_report
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from .gpu import get_default_gpu_index, get_gpu_count, get_gpu_info
-    from .gpu._instance import NO_DRIVER_FIX
-    from .shader._packaged import packaged_state
+    from ..gpu import get_default_gpu_index, get_gpu_count, get_gpu_info
+    from ..gpu._instance import NO_DRIVER_FIX
+    from ..shader._packaged import packaged_state
 
     count = get_gpu_count()
     devices = [get_gpu_info(i).as_dict() for i in range(count)]
@@ -50,7 +50,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_layers(args: argparse.Namespace) -> int:
-    from .layers._catalog import layer_catalog, layers_markdown, layers_text
+    from ..layers._catalog import layer_catalog, layers_markdown, layers_text
 
     infos = layer_catalog()
     if args.markdown:

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .cache._pipeline_cache import PipelineCache
-from .net._input_limits import check_input_size, load_npy_file
-from .net._net import Net
-from .net._option import Option
+from ..cache._pipeline_cache import PipelineCache
+from ..net._input_limits import check_input_size, load_npy_file
+from ..net._net import Net
+from ..net._option import Option
 
 #: What ``RunConfig.model`` says for a model run with ``--random-weights``.
 RANDOM_WEIGHTS = "random weights (seed 0)"
@@ -58,7 +58,7 @@ async def open_net(config: RunConfig) -> OpenNet:
     The param file is parsed before the device is asked for: a device opening on another
     thread (``asyncvk.cli`` starts one at its first line) has that long to finish.
     """
-    from .gpu import get_gpu_count
+    from ..gpu import get_gpu_count
 
     report: dict[str, Any] = {"param": config.param, "model": config.model}
     start = time.perf_counter()
@@ -89,7 +89,7 @@ async def open_net(config: RunConfig) -> OpenNet:
     use_gpu = not config.cpu and get_gpu_count() > 0
     opt.use_vulkan_compute = use_gpu
     if not config.cpu and not use_gpu:
-        from .gpu._instance import NO_DRIVER_FIX
+        from ..gpu._instance import NO_DRIVER_FIX
 
         print(f"asyncvk: no Vulkan device: running on the CPU; {NO_DRIVER_FIX}", file=sys.stderr)
     cache: PipelineCache | None = None
@@ -103,7 +103,7 @@ async def open_net(config: RunConfig) -> OpenNet:
         net._prepare_compiler()
     model: str | bytes = config.model
     if model == RANDOM_WEIGHTS:  # made before the load's clock starts: no part of a load
-        from .net._random_weights import random_weights
+        from ..net._random_weights import random_weights
 
         t0 = time.perf_counter()
         model = random_weights(config.param)
@@ -125,13 +125,13 @@ def _remote_client_import(config: RunConfig) -> asyncio.Task[bool] | None:
     absent folder), it will read the store: start its client's import now, beside load_param
     and the device's opening (on the H100 a warm-from-Redis load took 0.10-0.13 s against a
     local file's 0.03 s, most of it that import)."""
-    from .cache._remote_url import configured_remote_url
+    from ..cache._remote_url import configured_remote_url
 
     url, where = configured_remote_url(config.remote_cache)
     if not url:
         return None
-    from .cache._early_setup import local_cache_empty
-    from .cache._remote_store import parse_remote_url, start_client_import
+    from ..cache._early_setup import local_cache_empty
+    from ..cache._remote_store import parse_remote_url, start_client_import
 
     if not local_cache_empty(config.cache_file, config.cache_dir):
         return None
@@ -147,8 +147,8 @@ def _open_gpu_cache(
 ) -> PipelineCache:
     """Open the device and its pipeline cache on ``opt``, loading the cache file when given;
     timings and the device's names go into ``report``."""
-    from .gpu import get_gpu_device
-    from .layers._conv_shaders import gemm_coopmat
+    from ..gpu import get_gpu_device
+    from ..layers._conv_shaders import gemm_coopmat
 
     device = get_gpu_device(config.device)
     report["gpu_setup_s"] = time.perf_counter() - waited_since  # what this thread waited for
@@ -278,7 +278,7 @@ def _load_npz_member(where: str, path: str, key: str | None, name: str) -> np.nd
     """One array of an .npz archive, its header checked before it is read."""
     import zipfile
 
-    from .net._input_limits import load_npz_member
+    from ..net._input_limits import load_npz_member
 
     try:
         archive = zipfile.ZipFile(path)
