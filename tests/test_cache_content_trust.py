@@ -15,7 +15,8 @@ import pytest
 from cli_runner import cli
 
 from asyncvk.cache import PipelineCache
-from asyncvk.cache._file_format import CacheContents, SpirvKey, decode_cache, encode_cache
+from asyncvk.cache._file_entries import decode_cache
+from asyncvk.cache._file_format import CacheContents, SpirvKey, encode_cache
 from asyncvk.gpu import VulkanDevice
 from asyncvk.gpu._instance import instance
 from asyncvk.net._net import Net

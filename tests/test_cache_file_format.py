@@ -25,18 +25,17 @@ from asyncvk._version import __version__
 from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.cache import _file_format as ff
 from asyncvk.cache._cache_key import local_cache_key
+from asyncvk.cache._file_entries import decode_cache
 from asyncvk.cache._file_format import (
     HEADER_FIELDS,
     HEADER_SIZE,
     CacheContents,
     CacheLoadResult,
     SpirvKey,
-    decode_cache,
-    describe_cache,
     encode_cache,
-    read_cache_source,
     validate_driver_blob,
 )
+from asyncvk.cache._file_inspect import describe_cache, read_cache_source
 from asyncvk.gpu import VulkanDevice
 from asyncvk.gpu._identity import DeviceIdentity
 

@@ -31,13 +31,8 @@ from asyncvk.cache._atomic_file import (
     save_merged,
     write_atomic,
 )
-from asyncvk.cache._file_format import (
-    SPIRV_MAGIC,
-    CacheContents,
-    SpirvKey,
-    decode_cache,
-    encode_cache,
-)
+from asyncvk.cache._file_entries import decode_cache
+from asyncvk.cache._file_format import SPIRV_MAGIC, CacheContents, SpirvKey, encode_cache
 from asyncvk.gpu import DeviceIdentity, VulkanDevice
 
 
@@ -73,7 +68,8 @@ def _decoded(path: Path) -> CacheContents:
 PRELUDE = f"""
 import json, os, struct, sys, time
 from asyncvk.cache._atomic_file import merge_contents, save_merged, write_atomic
-from asyncvk.cache._file_format import CacheContents, SpirvKey, decode_cache, encode_cache
+from asyncvk.cache._file_format import CacheContents, SpirvKey, encode_cache
+from asyncvk.cache._file_entries import decode_cache
 from asyncvk.gpu._identity import DeviceIdentity
 IDENTITY = {identity_source(IDENTITY)}
 """

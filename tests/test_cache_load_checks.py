@@ -12,7 +12,9 @@ from pipeline_requests import build_one
 
 from asyncvk.cache import PipelineCache, PipelineSpec, SpirvKey
 from asyncvk.cache._directory import CacheDirectory
-from asyncvk.cache._file_format import CacheContents, decode_cache, describe_cache, encode_cache
+from asyncvk.cache._file_entries import decode_cache
+from asyncvk.cache._file_format import CacheContents, encode_cache
+from asyncvk.cache._file_inspect import describe_cache
 from asyncvk.gpu import DeviceIdentity, VulkanDevice
 from asyncvk.shader import ShaderRegistry
 

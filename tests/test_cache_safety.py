@@ -18,7 +18,8 @@ from conftest import IDENTITY, identity_source
 from asyncvk import Net, Option, PipelineCache
 from asyncvk._errors import CacheMissError
 from asyncvk.cache._directory import CacheDirectory
-from asyncvk.cache._file_format import CacheContents, decode_cache, encode_cache
+from asyncvk.cache._file_entries import decode_cache
+from asyncvk.cache._file_format import CacheContents, encode_cache
 from asyncvk.cache._keys import SpirvKey
 from asyncvk.gpu import DeviceIdentity, VulkanDevice
 

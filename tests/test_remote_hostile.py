@@ -43,11 +43,11 @@ from asyncvk import Net, Option
 from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.cache._file_format import CacheContents
 from asyncvk.cache._keys import SpirvKey
+from asyncvk.cache._remote_connect import connect_store
 from asyncvk.cache._remote_store import (
     BadValue,
     ReadBudget,
     RemoteStoreError,
-    connect_store,
     parse_remote_url,
 )
 from asyncvk.cache._remote_tier import UNSIGNED_NOTICE, model_spirv_keys, remote_tier_for

@@ -18,7 +18,8 @@ import stat
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from ._file_format import CacheContents, read_cache_source
+from ._file_format import CacheContents
+from ._file_inspect import read_cache_source
 from ._safe_fs import UnsafePathError, create_exclusive, locked, open_regular, replace_refusal
 
 LOCK_TIMEOUT_S = 10.0  # a save holds it for well under a second; past this, no cache

@@ -33,7 +33,8 @@ from typing import Any
 from .._version import __version__
 from ..gpu._identity import DeviceIdentity
 from ._atomic_file import _fsync_dir, merge_contents
-from ._file_format import CacheContents, decode_cache, encode_cache
+from ._file_entries import decode_cache
+from ._file_format import CacheContents, encode_cache
 from ._folder_files import (
     DEFAULT_MAX_BYTES,
     CacheDirectoryWarning,

@@ -23,21 +23,15 @@ describes files. Their public names are importable from here as well.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._version import __version__
 from ..gpu._identity import DeviceIdentity, name_hash
 from ._cache_key import CacheKey, local_cache_key
 from ._keys import SpirvKey
-
-if TYPE_CHECKING:
-    from ._file_entries import decode_cache as decode_cache
-    from ._file_inspect import describe_cache as describe_cache
-    from ._file_inspect import read_cache_source as read_cache_source
 
 MAGIC = b"AVKPCACH"
 FORMAT_VERSION = 4
@@ -89,10 +83,7 @@ __all__ = (
     "CacheContents",
     "CacheLoadResult",
     "SpirvKey",
-    "decode_cache",
-    "describe_cache",
     "encode_cache",
-    "read_cache_source",
     "validate_driver_blob",
 )
 
@@ -365,17 +356,3 @@ def _check_header(
     if expected is not None:
         return _identity_mismatch(h, expected) or h
     return h
-
-
-_ELSEWHERE = {
-    "decode_cache": "._file_entries",
-    "describe_cache": "._file_inspect",
-    "read_cache_source": "._file_inspect",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """The decoder and the readers, imported on first use (they import this module)."""
-    if name in _ELSEWHERE:
-        return getattr(importlib.import_module(_ELSEWHERE[name], __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,7 @@ from ._atomic_file import (
     temp_pattern,
     write_atomic,
 )
-from ._file_format import describe_cache
+from ._file_inspect import describe_cache
 from ._index import (
     IndexEntry,
     InvalidIndex,

@@ -17,14 +17,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .._errors import AsyncVkError
 from ._atomic_file import save_merged
-from ._file_format import (
-    CacheContents,
-    CacheLoadResult,
-    decode_cache,
-    encode_cache,
-    read_cache_source,
-    validate_driver_blob,
-)
+from ._file_entries import decode_cache
+from ._file_format import CacheContents, CacheLoadResult, encode_cache, validate_driver_blob
+from ._file_inspect import read_cache_source
 from ._keys import split_by_macros
 from ._safe_fs import UnsafePathError, expand_path, ownership_refusal
 

@@ -42,6 +42,7 @@ from ..gpu._driver_cache import DriverPipelineCache, blob_holds_pipelines
 from ..gpu._identity import DeviceIdentity
 from ._keys import SpirvKey
 from ._remote_checks import ReadVerdict, install_digests, judge_values, spirv_label
+from ._remote_connect import connect_store
 from ._remote_state import remote_state
 from ._remote_store import (
     BadValue,
@@ -50,7 +51,6 @@ from ._remote_store import (
     RemoteStore,
     RemoteStoreError,
     configured_remote_url,
-    connect_store,
     parse_remote_url,
 )
 from ._remote_values import (

@@ -11,7 +11,7 @@ from ._report import print_report
 
 
 def cmd_cache_inspect(args: argparse.Namespace) -> int:
-    from ..cache._file_format import describe_cache, read_cache_source
+    from ..cache._file_inspect import describe_cache, read_cache_source
 
     data = read_cache_source(args.file)
     if not isinstance(data, bytes):

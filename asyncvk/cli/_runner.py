@@ -131,7 +131,8 @@ def _remote_client_import(config: RunConfig) -> asyncio.Task[bool] | None:
     if not url:
         return None
     from ..cache._early_setup import local_cache_empty
-    from ..cache._remote_store import parse_remote_url, start_client_import
+    from ..cache._remote_connect import start_client_import
+    from ..cache._remote_store import parse_remote_url
 
     if not local_cache_empty(config.cache_file, config.cache_dir):
         return None
