@@ -210,8 +210,6 @@ KNOWN_CYCLES = {
             "asyncvk.net._plan_pool",
         }
     ),
-    # a Net makes Extractors, which name their Net
-    frozenset({"asyncvk.net._extractor", "asyncvk.net._net"}),
 }
 
 

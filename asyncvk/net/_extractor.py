@@ -9,7 +9,6 @@ batch: the items run in one plan, one submission (see ``_plan``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -18,10 +17,8 @@ from .._errors import InputError
 from .._threads import run_sync
 from ._forward import Forward, plan_forward
 from ._graph import Graph
+from ._loaded import LoadedModel
 from ._plan import PlanRequest, run_cpu_layer
-
-if TYPE_CHECKING:  # a Net makes extractors
-    from ._net import Net
 
 #: The most dims an item may have (ncnn's Mat: w, h, d, c).
 MAX_ITEM_DIMS = 4
@@ -42,7 +39,8 @@ class Extractor:
     finishes on the old model.
     """
 
-    def __init__(self, net: Net) -> None:
+    def __init__(self, net: LoadedModel) -> None:
+        #: the Net that made this extractor (``net.create_extractor()``)
         self.net = net
         self._generation = net.generation
         #: blob -> array with a leading item axis (of 1 when the inputs have no batch axis)
