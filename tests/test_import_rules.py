@@ -197,10 +197,6 @@ def module_cycles() -> list[frozenset[str]]:
 KNOWN_CYCLES = {
     # the device hands its command recorder and memory out; they name the device in types
     frozenset({"asyncvk.gpu._command", "asyncvk.gpu._device", "asyncvk.gpu._memory"}),
-    # PipelineCache's save and autosave take the cache they save
-    frozenset(
-        {"asyncvk.cache._autosave", "asyncvk.cache._persist", "asyncvk.cache._pipeline_cache"}
-    ),
     # a GpuModel's plans, their pool and their record context name one another in types
     frozenset(
         {

@@ -15,14 +15,11 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from .._threads import run_sync
 from ._persist import SaveResult, save_cache
+from ._requests import PipelineRequests
 from ._safe_fs import expand_path
-
-if TYPE_CHECKING:
-    from ._pipeline_cache import PipelineCache
 
 log = logging.getLogger("asyncvk.cache")
 
@@ -32,7 +29,7 @@ SaveFunction = Callable[[], Awaitable[SaveResult]]
 class AutoSaver:
     def __init__(
         self,
-        cache: PipelineCache,
+        cache: PipelineRequests,
         path: str | os.PathLike[str] | None = None,
         *,
         interval: float = 2.0,

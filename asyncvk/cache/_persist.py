@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from .._errors import AsyncVkError
 from ._atomic_file import save_merged
@@ -21,10 +21,8 @@ from ._file_entries import decode_cache
 from ._file_format import CacheContents, CacheLoadResult, encode_cache, validate_driver_blob
 from ._file_inspect import read_cache_source
 from ._keys import split_by_macros
+from ._requests import PipelineRequests
 from ._safe_fs import UnsafePathError, expand_path, ownership_refusal
-
-if TYPE_CHECKING:
-    from ._pipeline_cache import PipelineCache
 
 log = logging.getLogger("asyncvk.cache")
 
@@ -46,7 +44,7 @@ class SaveResult:
         return self.ok
 
 
-def load_cache(cache: PipelineCache, source: CacheSource) -> CacheLoadResult:
+def load_cache(cache: PipelineRequests, source: CacheSource) -> CacheLoadResult:
     """Load ``source`` into ``cache``; all or nothing for the header and the driver blob."""
     if isinstance(source, (str, os.PathLike)):
         source = expand_path(source)
@@ -92,14 +90,14 @@ def load_cache(cache: PipelineCache, source: CacheSource) -> CacheLoadResult:
         return _note(cache, CacheLoadResult(False, f"unexpected error: {exc!r}"))
 
 
-def _note(cache: PipelineCache, result: CacheLoadResult) -> CacheLoadResult:
+def _note(cache: PipelineRequests, result: CacheLoadResult) -> CacheLoadResult:
     cache.last_load = result
     if not result:
         log.info("pipeline cache not loaded: %s", result.reason)
     return result
 
 
-def current_contents(cache: PipelineCache, saved: CacheContents | None = None) -> CacheContents:
+def current_contents(cache: PipelineRequests, saved: CacheContents | None = None) -> CacheContents:
     """What this cache would write now, with what ``saved`` holds beside it (merged into a
     snapshot: the live cache is not changed); a blob the driver returns malformed is
     dropped."""
@@ -119,11 +117,11 @@ def current_contents(cache: PipelineCache, saved: CacheContents | None = None) -
     return CacheContents(identity=identity, spirv=spirv, driver_blob=blob)
 
 
-def encode_current(cache: PipelineCache) -> bytes:
+def encode_current(cache: PipelineRequests) -> bytes:
     return encode_cache(current_contents(cache))
 
 
-def merge_with_saved(cache: PipelineCache, existing: bytes | None) -> bytes:
+def merge_with_saved(cache: PipelineRequests, existing: bytes | None) -> bytes:
     """Union with what another process saved meanwhile, so nobody's work is thrown away."""
     if existing:
         result, old = decode_cache(
@@ -144,7 +142,7 @@ def merge_with_saved(cache: PipelineCache, existing: bytes | None) -> bytes:
     return encode_current(cache)
 
 
-def save_cache(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult:
+def save_cache(cache: PipelineRequests, path: str | os.PathLike[str]) -> SaveResult:
     """Write the cache to ``path`` atomically under an advisory lock, merging what is there."""
     target = expand_path(path)
     if cache.read_only:
@@ -183,7 +181,7 @@ def save_cache(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult
     )
 
 
-async def save_cache_async(cache: PipelineCache, path: str | os.PathLike[str]) -> SaveResult:
+async def save_cache_async(cache: PipelineRequests, path: str | os.PathLike[str]) -> SaveResult:
     """``save_cache`` off the event loop; the lock and merge run in a worker thread."""
     from .._threads import run_sync
 
