@@ -195,8 +195,6 @@ def module_cycles() -> list[frozenset[str]]:
 
 #: Module cycles being untangled, each named whole; a new cycle, or one of these growing, fails.
 KNOWN_CYCLES = {
-    # the device hands its command recorder and memory out; they name the device in types
-    frozenset({"asyncvk.gpu._command", "asyncvk.gpu._device", "asyncvk.gpu._memory"}),
     # a GpuModel's plans, their pool and their record context name one another in types
     frozenset(
         {

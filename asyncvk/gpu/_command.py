@@ -8,14 +8,12 @@ plans record on any thread without a shared lock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from .. import _vk
 from .._errors import PipelineError
+from ._device_handles import DeviceHandles
 from ._memory import Buffer
-
-if TYPE_CHECKING:
-    from ._device import VulkanDevice
 
 vk = _vk.vkapi
 ffi = _vk.ffi
@@ -79,7 +77,7 @@ def _overlap(ranges: list[_Range], others: list[_Range]) -> bool:
 class CommandRecorder:
     """Records dispatches, barriers and copies into one primary command buffer."""
 
-    def __init__(self, device: VulkanDevice, *, one_time: bool = False) -> None:
+    def __init__(self, device: DeviceHandles, *, one_time: bool = False) -> None:
         self.device = device
         dev = device.handle
         self._pool = _vk.api.vkCreateCommandPool(
@@ -108,7 +106,7 @@ class CommandRecorder:
         self._reads: list[_Range] = []
         self._writes: list[_Range] = []
         #: Seconds from submit to the host seeing the fence, for this buffer's last two runs
-        #: (oldest first): what :meth:`VulkanDevice.run` expects the next run to take.
+        #: (oldest first): what ``VulkanDevice.run`` expects the next run to take.
         self.run_times: tuple[float, ...] = ()
         #: maxComputeWorkGroupCount: a dispatch over it is undefined behaviour, never recorded.
         self._max_groups = tuple(device.info.limits.max_compute_workgroup_count)

@@ -23,13 +23,11 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _vk
 from .._errors import OutOfDeviceMemoryError
-
-if TYPE_CHECKING:
-    from ._device import VulkanDevice
+from ._device_handles import DeviceHandles
 
 vk = _vk.vkapi
 ffi = _vk.ffi
@@ -147,7 +145,7 @@ class Buffer:
 class Allocator:
     """First-fit sub-allocation over large blocks, one pool per MemoryKind."""
 
-    def __init__(self, device: VulkanDevice, block_size: int = BLOCK_SIZE) -> None:
+    def __init__(self, device: DeviceHandles, block_size: int = BLOCK_SIZE) -> None:
         self._device = device
         self._lock = threading.Lock()
         self._blocks: dict[MemoryKind, list[_Block]] = {k: [] for k in MemoryKind}
