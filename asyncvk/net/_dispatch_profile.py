@@ -34,7 +34,8 @@ from ._plan_context import PlanContext
 
 if TYPE_CHECKING:
     from ..gpu._pipeline import PipelineArtifact
-    from ._gpu_model import BoundNode, GpuModel
+    from ._bound_node import BoundNode
+    from ._gpu_model import GpuModel
     from ._graph import Graph
     from ._net import Net
 

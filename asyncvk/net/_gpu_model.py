@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,7 +31,8 @@ from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._gpu_api import GpuTarget
 from ..layers._gpu_layer import GpuLayer, bind_gpu
-from ._graph import Graph, GraphNode
+from ._bound_node import BoundNode
+from ._graph import Graph
 from ._option import Option
 from ._plan import Plan, PlanRequest
 from ._plan_pool import PlanPool
@@ -45,26 +46,7 @@ Prefetch = Callable[[Sequence[PipelineSpec]], Awaitable[None]]
 #: featmask bit 4: the layer runs on the CPU (ncnn's ``no_vulkan``)
 _FEATMASK_NO_VULKAN = 1 << 4
 #: A pipeline wanted: the node, its key (a name, or (name, push bytes) when shape-baked), spec.
-_Wanted = tuple["BoundNode", str | tuple[str, bytes], PipelineSpec]
-
-
-@dataclass(eq=False)
-class BoundNode:
-    """One graph node's GPU half: its layer bound to the device, pipelines and weights."""
-
-    node: GraphNode
-    gpu_layer: GpuLayer
-    pipelines: dict[str, PipelineArtifact] = field(default_factory=dict)
-    #: Shape-baked pipelines by (pipeline key, push bytes): see ``_shape_hints``.
-    baked: dict[tuple[str, bytes], PipelineArtifact] = field(default_factory=dict)
-    weights: dict[str, Buffer] = field(default_factory=dict)
-
-    def attach(self, key: str | tuple[str, bytes], artifact: PipelineArtifact) -> None:
-        """Give the node a built pipeline: a shape-baked one under (key, push bytes)."""
-        if isinstance(key, tuple):
-            self.baked[key] = artifact
-        else:
-            self.pipelines[key] = artifact
+_Wanted = tuple[BoundNode, str | tuple[str, bytes], PipelineSpec]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,14 +29,13 @@ from .._threads import run_sync
 from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer, MemoryKind
 from ..layers._gpu_api import GpuBlob
+from ._bound_node import BoundNode
 from ._forward import needed_nodes
 from ._graph import Graph, GraphNode
 from ._input_limits import check_plan_fits
 from ._plan_context import PlanContext
 from ._plan_memory import assign_offsets, live_ranges
-
-if TYPE_CHECKING:  # a GpuModel makes plans: at run time this module needs only its attributes
-    from ._gpu_model import BoundNode, GpuModel
+from ._plan_source import PlanSource
 
 Shape = tuple[int, ...]
 
@@ -115,7 +113,7 @@ class Plan:
     #: barrier after every layer. A profiling plan keeps the barriers, to time each layer alone.
     barriers_on_hazards = True
 
-    def __init__(self, graph: Graph, gpu_model: GpuModel, request: PlanRequest) -> None:
+    def __init__(self, graph: Graph, gpu_model: PlanSource, request: PlanRequest) -> None:
         self.graph = graph
         self.gpu_model = gpu_model
         self.device = gpu_model.device

@@ -5,24 +5,34 @@ subclasses it to time each dispatch."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ..gpu._command import CommandRecorder
+from ..gpu._device import VulkanDevice
 from ..gpu._memory import Buffer
 from ..layers._gpu_api import GpuBlob, PipelineSpec
+from ._bound_node import BoundNode
 
 if TYPE_CHECKING:
     from ..gpu._pipeline import PipelineArtifact
-    from ._gpu_model import BoundNode
-    from ._plan import Plan
+
+
+class RecordingPlan(Protocol):
+    """The Plan a context records for: its device, the buffers it owns, its storage type and
+    its count of shape-baked dispatches."""
+
+    device: VulkanDevice
+    owned: list[Buffer]
+    dtype: np.dtype[Any]
+    baked_dispatches: int
 
 
 class PlanContext:
     """The RecordContext a GPU layer records through, for the plan recording it."""
 
-    def __init__(self, plan: Plan, node: BoundNode, recorder: CommandRecorder) -> None:
+    def __init__(self, plan: RecordingPlan, node: BoundNode, recorder: CommandRecorder) -> None:
         self.info = plan.device.info
         self._plan = plan
         self._node = node

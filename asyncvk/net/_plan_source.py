@@ -1,0 +1,24 @@
+"""What a Plan reads of the GpuModel it is made for: the device, each node's bound layer, the
+storage type and the pipelines' version, and the count of command buffers recorded. A protocol,
+so that plans do not import the GpuModel (a GpuModel makes plans and pools them)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..gpu._device import VulkanDevice
+from ._bound_node import BoundNode
+
+
+class PlanSource(Protocol):
+    """A GpuModel, as its plans see it."""
+
+    device: VulkanDevice
+    #: graph node index -> its GPU half
+    bound: dict[int, BoundNode]
+    #: blobs are stored as float16
+    storage_fp16: bool
+    #: bumped when better pipelines are adopted: older plans are dropped
+    pipelines_version: int
+    #: command buffers recorded for this model's plans
+    commands_recorded: int
