@@ -76,13 +76,12 @@ async def test_retire_waits_until_no_extraction_uses_the_model(device: VulkanDev
     with PipelineCache(device) as cache:
         before = _owned(device)
         model = await _load(cache)
-        model.enter()  # an extraction is running on it
-        retiring = asyncio.create_task(model.retire())
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not retiring.done()
-        assert any(bound.weights for bound in model.bound.values()), "freed under its user"
-        model.leave()
+        with model.in_use():  # an extraction is running on it
+            retiring = asyncio.create_task(model.retire())
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert not retiring.done()
+            assert any(bound.weights for bound in model.bound.values()), "freed under its user"
         await retiring
         cache.clear()
         assert _owned(device) == before

@@ -226,8 +226,7 @@ class ProfilingExtractor(Extractor):
                 "this Net runs on the CPU (no Vulkan device, or use_vulkan_compute=False): "
                 "there are no dispatches to profile"
             )
-        gpu_model.enter()
-        try:
+        with gpu_model.in_use():
             shapes = {b: a.shape[1:] for b, a in self._inputs.items()}
             key = PlanRequest.of(shapes, [target], self.batch)
             plan = self._plans.get(key)
@@ -238,8 +237,6 @@ class ProfilingExtractor(Extractor):
             out = await plan.run(self._inputs)
             self.profile = plan.profile
             return self._unbatched(out[target])
-        finally:
-            gpu_model.leave()
 
     def release(self) -> None:
         """Free the plans (their arenas, command buffers and query pools). Idempotent."""

@@ -206,18 +206,11 @@ class Extractor:
         gpu_model = self.net.gpu_model
         if gpu_model is None:
             return await _run_on_cpu(forward, reads, items)
-        gpu_model.enter()  # a reload waits for this extraction before freeing the model
-        try:
-            shapes = {b: a.shape[1:] for b, a in reads.items()}
-            request = PlanRequest.of(shapes, forward.kept, items)
-            plan = await gpu_model.plans.acquire(request)
+        shapes = {b: a.shape[1:] for b, a in reads.items()}
+        request = PlanRequest.of(shapes, forward.kept, items)
+        async with gpu_model.lent_plan(request) as plan:  # a reload waits for it to end
             self.plan_item_bytes = plan.peak_bytes
-            try:
-                return await plan.run(reads)
-            finally:
-                await gpu_model.plans.give_back(plan)
-        finally:
-            gpu_model.leave()
+            return await plan.run(reads)
 
 
 def has_batch_axis(graph: Graph, blob: int, ndim: int) -> bool:

@@ -16,8 +16,9 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -315,19 +316,34 @@ class GpuModel:
                 bound.weights[name] = buffer
 
     def _make_plan(self, request: PlanRequest) -> Plan:
-        return Plan(self.graph, self, request)
+        plan = Plan(self.graph, self, request)
+        self.commands_recorded += plan.commands_recorded
+        return plan
 
     # -- use and release ---------------------------------------------------------------------
 
-    def enter(self) -> None:
-        """An extraction starts on this model: :meth:`retire` waits for it."""
+    @contextmanager
+    def in_use(self) -> Iterator[None]:
+        """An extraction runs on this model meanwhile: :meth:`retire` waits for it."""
         self._users += 1
+        try:
+            yield
+        finally:
+            self._users -= 1
+            self._queue_free.set()
+            if self._users == 0 and self._unused is not None:
+                self._unused.set()
 
-    def leave(self) -> None:
-        self._users -= 1
-        self._queue_free.set()
-        if self._users == 0 and self._unused is not None:
-            self._unused.set()
+    @asynccontextmanager
+    async def lent_plan(self, request: PlanRequest) -> AsyncIterator[Plan]:
+        """A plan for ``request``, the extraction's alone until the block ends (then it goes
+        back to the pool), with the model in use meanwhile."""
+        with self.in_use():
+            plan = await self.plans.acquire(request)
+            try:
+                yield plan
+            finally:
+                await self.plans.give_back(plan)
 
     async def retire(self) -> None:
         """Wait until no extraction uses this model, then release it."""

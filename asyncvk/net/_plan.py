@@ -127,6 +127,8 @@ class Plan:
         self.owned: list[Buffer] = []
         #: Dispatches recorded with a shape-baked pipeline (``Option.use_shape_hints``).
         self.baked_dispatches = 0
+        #: Command buffers this plan recorded (its GpuModel counts them in when it is made).
+        self.commands_recorded = 0
         self.arena: Buffer | None = None
         #: one item's blob bytes at their peak (the arena holds ``batch`` of them)
         self.peak_bytes = 0
@@ -268,7 +270,7 @@ class Plan:
         except BaseException:
             rec.release()  # a refused dispatch must not leak the recorder's pools
             raise
-        self.gpu_model.commands_recorded += 1
+        self.commands_recorded += 1
         return rec.finish()
 
     def _record_into(self, rec: CommandRecorder, segment: _Segment, host_visible: bool) -> None:

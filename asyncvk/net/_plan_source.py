@@ -1,6 +1,7 @@
 """What a Plan reads of the GpuModel it is made for: the device, each node's bound layer, the
-storage type and the pipelines' version, and the count of command buffers recorded. A protocol,
-so that plans do not import the GpuModel (a GpuModel makes plans and pools them)."""
+storage type and the pipelines' version. A protocol, so that plans do not import the GpuModel
+(a GpuModel makes plans and pools them); a plan reports what it recorded, it writes nothing
+back."""
 
 from __future__ import annotations
 
@@ -20,5 +21,3 @@ class PlanSource(Protocol):
     storage_fp16: bool
     #: bumped when better pipelines are adopted: older plans are dropped
     pipelines_version: int
-    #: command buffers recorded for this model's plans
-    commands_recorded: int
