@@ -233,3 +233,24 @@ async def test_malformed_model_files_raise_one_error_type(device: VulkanDevice) 
     with pytest.raises(asyncvk.ModelFormatError, match=r"unsupported layer type: Bogus \(line"):
         await Net().load_param(PARAM.replace("Sigmoid ", "Bogus ").encode())
     await net.aclose()
+
+
+async def test_a_file_object_is_read_off_the_event_loop() -> None:
+    """``load_param`` and ``load_model`` read a file object on a worker thread: its file may
+    be on a slow disk, and the loop serves others meanwhile."""
+    readers: list[threading.Thread] = []
+
+    class Recorded:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def read(self) -> bytes:
+            readers.append(threading.current_thread())
+            return self.data
+
+    async with Net(Option(use_vulkan_compute=False)) as net:
+        await net.load_param(Recorded(PARAM.encode()))  # type: ignore[arg-type]
+        await net.load_model(Recorded(WEIGHTS))  # type: ignore[arg-type]
+        assert net.input_names
+    assert len(readers) == 2
+    assert all(t is not threading.main_thread() for t in readers), readers

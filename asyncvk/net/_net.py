@@ -59,14 +59,19 @@ class LoadStatistics:
     weights_read_early: bool = False
 
 
-def _read_source(source: str | os.PathLike[str] | bytes | IO[Any]) -> ModelSource:
-    """A path (``~`` expanded, as a shell would) or the bytes of a file object."""
+async def _read_source(source: str | os.PathLike[str] | bytes | IO[Any]) -> ModelSource:
+    """A path (``~`` expanded, as a shell would) or bytes; a file object is read on a worker
+    thread, never on the event loop's (its file may be on a slow disk or a network)."""
     if isinstance(source, (str, os.PathLike)):
         return expand_path(source)
     if isinstance(source, bytes):
         return source
-    data = source.read()
-    return data.encode() if isinstance(data, str) else bytes(data)
+
+    def read() -> bytes:
+        data = source.read()
+        return data.encode() if isinstance(data, str) else bytes(data)
+
+    return await run_sync(read)
 
 
 class Net:
@@ -143,7 +148,7 @@ class Net:
         start = time.perf_counter()
         if self._compiler_at_load_param:
             self._prepare_compiler()
-        param_source = _read_source(source)
+        param_source = await _read_source(source)
         param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)
         await self._retire_model()
@@ -186,7 +191,7 @@ class Net:
             pending, self._pending_push = self._pending_push, None
             await pending
         start = time.perf_counter()
-        model_source = _read_source(source)
+        model_source = await _read_source(source)
         reader = await run_sync(ModelBinReader.open, model_source)
         self.graph = graph = await run_sync(load_weights, self.graph, reader)
         read_s = time.perf_counter() - start
