@@ -221,8 +221,8 @@ async def test_fp32_and_fp16_nets_saving_one_key_keep_both(
         _load(Option(cache_dir=folder, graph_key="k")),
         _load(Option(cache_dir=folder, graph_key="k", use_fp16_storage=True)),
     )
-    assert fp32._cache_folder is not None
-    fingerprint = fp32._cache_folder.fingerprint()
+    assert fp32.model_cache.folder is not None
+    fingerprint = fp32.model_cache.folder.fingerprint()
     await fp32.aclose()
     await fp16.aclose()
     found = CacheDirectory(folder).lookup("k", device.info.identity, fingerprint)

@@ -60,8 +60,10 @@ async def test_what_is_built_after_load_is_saved_in_the_background(
             built = shared.statistics().spirv_entries
             assert built > after_load
             assert _saved_entries(folder, "cunet", device) == after_load  # not before a tick
-            assert served._autosaver is not None
-            await ticks.tick(served._autosaver)  # the interval ends: the new pipelines saved
+            assert served.model_cache.autosaver is not None
+            await ticks.tick(
+                served.model_cache.autosaver
+            )  # the interval ends: the new pipelines saved
             assert _saved_entries(folder, "cunet", device) == built
 
 
@@ -72,11 +74,11 @@ async def test_the_save_after_a_load_leaves_the_first_requests_alone(
     ``SAVE_AFTER_LOAD_S``, so the first inference does not share the machine with it; then it
     runs unasked, and ``flush_cache`` starts it at once. The AutoSaver never ticks here: on a
     busy machine its interval would end before the first output and save in its place."""
-    from asyncvk.net import _net
+    from asyncvk.net import _model_cache
 
     ManualTicks(monkeypatch)
     for delay in (3600.0, 0.2):
-        monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", delay)
+        monkeypatch.setattr(_model_cache, "SAVE_AFTER_LOAD_S", delay)
         folder = tmp_path / f"cache-{delay}"
         with PipelineCache(device) as shared:
             option = Option(pipeline_cache=shared, cache_dir=folder, graph_key="cunet")
@@ -90,7 +92,7 @@ async def test_the_save_after_a_load_leaves_the_first_requests_alone(
                     await net.flush_cache()
                     assert _saved_entries(folder, "cunet", device) > 0
                     continue
-                pending = net._pending_save
+                pending = net.model_cache.pending_save
                 assert pending is not None
                 async with asyncio.timeout(HANG_S):  # a guard against a hang
                     await asyncio.shield(pending)  # its delay runs out: it saves, unasked
@@ -102,10 +104,10 @@ async def test_a_reload_saves_the_last_load_first(
 ) -> None:
     """A second load_model before the first load's save has run saves the first load's
     cache, before its own folder opens (no orphaned save to race the new one)."""
-    from asyncvk.net import _net
+    from asyncvk.net import _model_cache
 
     ManualTicks(monkeypatch)  # no save on the AutoSaver's clock either
-    monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", 3600.0)
+    monkeypatch.setattr(_model_cache, "SAVE_AFTER_LOAD_S", 3600.0)
     folder = tmp_path / "cache"
     with PipelineCache(device) as shared:
         option = Option(pipeline_cache=shared, cache_dir=folder, graph_key="cunet")
@@ -121,15 +123,15 @@ async def test_a_bare_close_drops_the_save_still_waiting(
 ) -> None:
     """``close()`` saves nothing more (``aclose()`` is the one that saves): the save after
     load, still waiting out its delay, is cancelled with the rest instead of left pending."""
-    from asyncvk.net import _net
+    from asyncvk.net import _model_cache
 
     ManualTicks(monkeypatch)  # no save on the AutoSaver's clock either
-    monkeypatch.setattr(_net, "SAVE_AFTER_LOAD_S", 3600.0)
+    monkeypatch.setattr(_model_cache, "SAVE_AFTER_LOAD_S", 3600.0)
     folder = tmp_path / "cache"
     with PipelineCache(device) as shared:
         net = Net(Option(pipeline_cache=shared, cache_dir=folder, graph_key="cunet"))
         await _load(net, "cunet")
-        pending = net._pending_save
+        pending = net.model_cache.pending_save
         assert pending is not None and not pending.done()
         net.close()
         await asyncio.sleep(0)

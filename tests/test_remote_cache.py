@@ -393,12 +393,14 @@ async def test_a_push_that_fails_unexpectedly_loses_neither_the_save_nor_the_loa
     """A push failing with something other than the store's error (a bug, a malformed reply)
     turns the tier off like a store error; the cache folder is still saved."""
     net = await _load(server.url, cache_dir=tmp_path / "cache", graph_key="cunet")
-    assert net._remote is not None and net._remote._store is not None  # read at load
+    assert (
+        net.model_cache.remote is not None and net.model_cache.remote._store is not None
+    )  # read at load
 
     async def malformed(keys: object) -> list[bool]:
         raise ValueError("a reply that is not a list")
 
-    net._remote._store.exists_many = malformed  # type: ignore[method-assign]
+    net.model_cache.remote._store.exists_many = malformed  # type: ignore[method-assign]
     await net.flush_cache()  # the push runs: it must not raise
     status = net.remote_status
     assert status is not None and not status["on"] and status["errors"] == 1

@@ -7,41 +7,31 @@ cold start costs the slowest pipeline rather than the sum). Extractors run the c
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from .._errors import ModelFormatError
 from .._threads import run_sync
-from ..cache._autosave import AutoSaver
-from ..cache._persist import SaveResult
 from ..cache._pipeline_cache import PipelineCache
 from ..cache._safe_fs import expand_path
 from ..gpu._device import VulkanDevice, get_gpu_device
 from ..gpu._instance import get_gpu_count
 from ..layers._registry import layer_types
-from ._cache_folder import ModelCacheFolder, ModelSource
+from ._cache_folder import ModelSource
 from ._extractor import Extractor as Extractor
 from ._gpu_model import GpuModel, Progress
 from ._graph import Graph, GraphNode, build_graph, load_weights
+from ._model_cache import ModelCache
 from ._modelbin import ModelBinReader
 from ._option import Option
 from ._param_parser import parse_param
 from ._plan import Plan, PlanRequest
-
-if TYPE_CHECKING:
-    from ..cache._remote_tier import RemoteTier
-
-#: Seconds after a load before the cache folder's save starts (``flush_cache`` starts it at
-#: once): the first requests after a load do not share the machine with it.
-SAVE_AFTER_LOAD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -106,20 +96,11 @@ class Net:
         self.cache: PipelineCache | None = None
         self._owns_cache = False
         self.use_vulkan = False
-        #: What the managed cache folder did at load ({"loaded": bool, "reason": str, ...}).
-        self.cache_status: dict[str, Any] | None = None
-        self._cache_folder: ModelCacheFolder | None = None
+        #: The cache folder, autosave and remote tier across this Net's loads.
+        self.model_cache = ModelCache(self.opt)
         #: False when the caller attaches a loaded cache file after ``load_param`` and applies
         #: the compiler rule itself then (``_runner.open_net``): a warm run needs no compiler.
         self._compiler_at_load_param = True
-        #: Saves the cache folder after load and whenever something new is built since.
-        self._autosaver: AutoSaver | None = None
-        self._pending_save: asyncio.Future[SaveResult | None] | None = None
-        self._save_due = asyncio.Event()
-        #: The remote cache tier (``Option.remote_cache``), made at the first load.
-        self._remote: RemoteTier | None = None
-        self._remote_resolved = False
-        self._pending_push: asyncio.Future[None] | None = None
         self._param_source: ModelSource | None = None
         self.load_stats = LoadStatistics()
         self._closed = False
@@ -183,13 +164,7 @@ class Net:
         if self.graph is None:
             raise ModelFormatError("load_param must be called before load_model")
         await self._retire_model()
-        if self._pending_save is not None:  # the previous load's save, now, before this load
-            self._save_due.set()
-            pending_save, self._pending_save = self._pending_save, None
-            await pending_save
-        if self._pending_push is not None:  # the previous load's push, before this load's
-            pending, self._pending_push = self._pending_push, None
-            await pending
+        await self.model_cache.before_load()
         start = time.perf_counter()
         model_source = await _read_source(source)
         reader = await run_sync(ModelBinReader.open, model_source)
@@ -198,19 +173,12 @@ class Net:
         # opening the device (100-200 ms on a discrete GPU's driver) must not block the loop
         await run_sync(self._setup_device)
         if self.cache is not None and self.use_vulkan:
-            cache = self.cache
-            await self._open_cache_folder(cache, model_source)
-            remote = self._remote_tier()
+            cache, model_cache = self.cache, self.model_cache
+            await model_cache.open_folder(cache, self._param_source, model_source)
             self.gpu_model = await GpuModel.load(
-                graph,
-                cache,
-                self.opt,
-                progress=progress,
-                prefetch=None if remote is None else lambda specs: remote.fetch(cache, specs),
+                graph, cache, self.opt, progress=progress, prefetch=model_cache.prefetch(cache)
             )
-            self._start_autosave(cache)
-            if remote is not None:  # after load (and its background builds), beside requests
-                self._pending_push = asyncio.ensure_future(self._push_when_built(remote, cache))
+            model_cache.after_load(cache, self.gpu_model)
         elif progress:
             progress(len(graph.nodes), len(graph.nodes))
         self.load_stats = self._statistics(time.perf_counter() - start, read_s, reader.read_early)
@@ -223,11 +191,6 @@ class Net:
         cached."""
         if self.gpu_model is not None:
             await self.gpu_model.settled()
-
-    async def _push_when_built(self, remote: RemoteTier, cache: PipelineCache) -> None:
-        if self.gpu_model is not None:  # in their own time (CPU devices: after a first output)
-            await self.gpu_model.settled(now=False)
-        await remote.push(cache)
 
     def _statistics(self, load_model_s: float, read_s: float, read_early: bool) -> LoadStatistics:
         total = len(self.graph.nodes) if self.graph is not None else 0
@@ -284,85 +247,22 @@ class Net:
             self.opt.remote_cache, None if folder is None else os.fspath(folder)
         )
 
-    # -- the cache folder ----------------------------------------------------------------------
+    # -- the cache -----------------------------------------------------------------------------
 
-    async def _open_cache_folder(self, cache: PipelineCache, model_source: ModelSource) -> None:
-        """With ``cache_dir`` and ``graph_key`` set, load this key's file for this device."""
-        opt = self.opt
-        self._cache_folder = None
-        if not (opt.cache_dir and opt.graph_key) or self._param_source is None:
-            return
-        folder = await ModelCacheFolder.open(
-            opt.cache_dir, opt.graph_key, cache, self._param_source, model_source
-        )
-        self.cache_status = folder.status
-        if folder.writable:  # a read-only folder or cache served; nothing is saved
-            self._cache_folder = folder
-
-    def _remote_tier(self) -> RemoteTier | None:
-        """The remote tier ``Option.remote_cache`` names (ValueError for a malformed URL)."""
-        if not self._remote_resolved:
-            from ..cache._remote_url import configured_remote_url  # os only: no client
-
-            if configured_remote_url(self.opt.remote_cache)[0]:
-                # imported only with a remote cache: start-up without one is unchanged
-                from ..cache._remote_tier import remote_tier_for
-
-                self._remote = remote_tier_for(self.opt.remote_cache, self.opt.remote_cache_key)
-            self._remote_resolved = True
-        return self._remote
+    @property
+    def cache_status(self) -> dict[str, Any] | None:
+        """What the managed cache folder did at load ({"loaded": bool, "reason": str, ...})."""
+        return self.model_cache.status
 
     @property
     def remote_status(self) -> dict[str, Any] | None:
         """The remote cache's counters and state (shared by the process), None without one."""
-        return None if self._remote is None else self._remote.report()
-
-    def _start_autosave(self, cache: PipelineCache) -> None:
-        """Save the cache folder now (in the background), and again after new builds."""
-        if self._cache_folder is None:
-            return
-        saver = self._autosaver
-        if saver is None or saver.cache is not cache or saver.loop.is_closed():
-            if saver is not None:
-                saver.cancel()
-            saver = self._autosaver = AutoSaver(
-                cache, save=self._save_to_cache_dir, interval=self.opt.autosave_interval
-            )
-        saver.mark_dirty()  # this model's file, even if nothing was built
-        self._save_due = asyncio.Event()
-        self._pending_save = asyncio.ensure_future(self._save_after_load(saver, self._save_due))
-
-    async def _save_after_load(self, saver: AutoSaver, due: asyncio.Event) -> SaveResult | None:
-        """The folder's save after a load, once the first requests had the machine to
-        themselves: ``SAVE_AFTER_LOAD_S`` later, or at once when ``flush_cache`` asks. It hashes
-        every weight (the model's fingerprint) and merges the folder's file: on the H100 it ran
-        beside the first inference of a warm start from a remote cache."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(due.wait(), SAVE_AFTER_LOAD_S)
-        return await saver.save_now()
-
-    async def _save_to_cache_dir(self) -> SaveResult:
-        folder, cache = self._cache_folder, self.cache
-        if folder is None or cache is None or not self.opt.graph_key:
-            return SaveResult(False, "no writable cache folder")
-        return await folder.save(cache)
+        return self.model_cache.remote_report()
 
     async def flush_cache(self) -> None:
         """Wait for the background save of the cache folder (and save anything newer), then for
         the remote tier's push: the local save never depends on the push."""
-        try:
-            if self._pending_save is not None:
-                self._save_due.set()
-                await self._pending_save
-                self._pending_save = None
-            if self._autosaver is not None and self.cache is not None and not self.cache.closed:
-                await self._autosaver.save_now()
-        finally:
-            if self._pending_push is not None:
-                if self.gpu_model is not None:  # the push waits for them: now
-                    self.gpu_model.build_background_now()
-                pending, self._pending_push = self._pending_push, None
-                await pending
+        await self.model_cache.flush(self.cache, self.gpu_model)
 
     # -- execution -------------------------------------------------------------------------------
 
@@ -437,12 +337,7 @@ class Net:
         self._closed = True
         self._generation += 1
         self.loaded = False
-        if self._autosaver is not None:
-            self._autosaver.cancel()  # aclose() flushed it; a bare close() saves nothing more
-        if self._pending_push is not None:
-            self._pending_push.cancel()  # likewise: aclose() waited for it
-        if self._pending_save is not None:
-            self._pending_save.cancel()  # the save after load, still waiting: aclose() saves
+        self.model_cache.cancel()  # aclose() flushed it; a bare close() saves nothing more
         gpu_model, self.gpu_model = self.gpu_model, None
         if gpu_model is not None:
             self._commands_before += gpu_model.commands_recorded
@@ -458,12 +353,9 @@ class Net:
             await self.background_builds()
             try:
                 await self.flush_cache()
-                if self._autosaver is not None:
-                    await self._autosaver.aclose()
             except Exception:  # a cache save never fails the caller
                 pass
-            if self._remote is not None:
-                await self._remote.aclose()
+            await self.model_cache.aclose()
         await run_sync(self.close)
 
     def __repr__(self) -> str:
