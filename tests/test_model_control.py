@@ -123,6 +123,7 @@ async def test_unload_load_and_poll(served: tuple[TestServer, Path]) -> None:
             await client.load_model("nope")
         await client.load_model("cunet")  # back from its folder
         assert await client.is_model_ready("cunet")
+        assert not repository._busy  # no lock kept for a name once its load or unload ended
         # the folder changes: a model added, one rewritten, one removed
         shutil.copytree(root / "three", root / "copy")
         _write_three(root / "three", seed=5)

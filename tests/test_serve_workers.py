@@ -4,6 +4,7 @@ reaching them all, and a worker's failed load the whole server's exit status."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import subprocess
@@ -41,18 +42,19 @@ async def _ready(url: str) -> bool:
             return False
 
 
-def _start(port: int) -> subprocess.Popen[str]:
+def _start(port: int, *extra: str) -> subprocess.Popen[str]:
     model = (str(CUNET / "model.param"), str(CUNET / "model.bin"))
     return subprocess.Popen(
         [sys.executable, "-m", "asyncvk", "serve", *model, "--port", str(port), "--workers", "2",
-         "--no-access-log"],
+         "--no-access-log", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
     )  # fmt: skip
 
 
 async def test_two_workers_on_one_port(tmp_path: Path) -> None:
-    port = _free_port()
-    proc = _start(port)
+    port, grpc_port = _free_port(), _free_port()
+    grpc_ready = importlib.util.find_spec("grpc") is not None
+    proc = _start(port, *(["--grpc-port", str(grpc_port)] if grpc_ready else []))
     url = f"http://127.0.0.1:{port}"
     x = np.load(CUNET / "input.npy")
     want = np.load(CUNET / "output.npy").reshape(-1)
@@ -68,6 +70,19 @@ async def test_two_workers_on_one_port(tmp_path: Path) -> None:
             async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
                 got = await _infer(http, url, "cunet", x)
             assert np.linalg.norm(got - want) < 1e-3 * np.linalg.norm(want)
+        if grpc_ready:  # every worker serves gRPC on its one port too
+            import tritonclient.grpc.aio as grpcclient
+
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+            try:
+                for _ in range(6):
+                    data = grpcclient.InferInput("in0", list(x.shape), "FP32")
+                    data.set_data_from_numpy(x)
+                    out = (await client.infer("cunet", [data])).as_numpy("out0")
+                    assert out is not None
+                    assert np.linalg.norm(out.reshape(-1) - want) < 1e-3 * np.linalg.norm(want)
+            finally:
+                await client.close()
     finally:
         workers = _children(proc.pid)
         proc.send_signal(signal.SIGTERM)

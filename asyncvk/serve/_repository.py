@@ -9,7 +9,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -144,7 +145,8 @@ class Repository:
         #: the pipeline cache every model shares (on the GPU; made by :meth:`open`)
         self.cache: PipelineCache | None = None
         self.models: dict[str, ServedModel] = {f.name: self._make(f) for f in files}
-        self._busy: dict[str, asyncio.Lock] = {}
+        #: per name being loaded or unloaded: its lock and how many hold or wait for it
+        self._busy: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._retiring: set[asyncio.Task[None]] = set()
 
     def _make(self, files: ModelFiles) -> ServedModel:
@@ -209,7 +211,7 @@ class Repository:
         Raises:
             UnknownModel: the name is neither served nor in the folder.
         """
-        async with self._busy.setdefault(name, asyncio.Lock()):
+        async with self._one_at_a_time(name):
             old = self.models.get(name)
             files = self._files_for(name, old)
             new = self._make(files)
@@ -222,6 +224,19 @@ class Repository:
             if old is not None:
                 self._retire(old)
             return new
+
+    @asynccontextmanager
+    async def _one_at_a_time(self, name: str) -> AsyncIterator[None]:
+        """One load or unload of ``name`` at a time; the lock goes once nobody needs it."""
+        lock, users = self._busy.setdefault(name, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._busy[name]
 
     def _files_for(self, name: str, old: ServedModel | None) -> ModelFiles:
         if self.folder is not None:
@@ -237,7 +252,7 @@ class Repository:
 
     async def unload(self, name: str) -> None:
         """Take ``name`` away now (its later requests are 404s) and retire it."""
-        async with self._busy.setdefault(name, asyncio.Lock()):
+        async with self._one_at_a_time(name):
             model = self.models.pop(name, None)
             if model is None:
                 raise UnknownModel(f"unknown model {name!r} (models: {', '.join(self.models)})")
