@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 from _common import blob_names
 
-from asyncvk import Net
-from asyncvk.layers import _conv_shaders, convolution
+from asyncvk import Net, Option
+from asyncvk.gpu import ShaderChoices
+from asyncvk.layers import convolution
 from asyncvk.net._dispatch_profile import ProfilingExtractor
 from asyncvk.net._graph import GraphNode
 
@@ -46,13 +47,15 @@ class LayerTimes:
         return self.shapes.get(self.nodes[name].tops[0])
 
 
-async def convolution_times(d: Path, runs: int, types: tuple[str, ...]) -> LayerTimes:
-    """Model folder ``d`` loaded as the shader settings stand, its background pipelines
-    adopted, then ``runs`` extractions with the dispatch profiler: each layer of ``types``
-    timed as the sum of its dispatches (a split GEMM is two, Winograd three)."""
+async def convolution_times(
+    d: Path, runs: int, types: tuple[str, ...], choices: ShaderChoices | None = None
+) -> LayerTimes:
+    """Model folder ``d`` loaded with ``choices`` (None: the device's), its background
+    pipelines adopted, then ``runs`` extractions with the dispatch profiler: each layer of
+    ``types`` timed as the sum of its dispatches (a split GEMM is two, Winograd three)."""
     in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
-    async with Net() as net:
+    async with Net(Option(shader_choices=choices)) as net:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
         await net.background_builds()  # time what the model settles on
@@ -77,9 +80,11 @@ async def convolution_times(d: Path, runs: int, types: tuple[str, ...]) -> Layer
 async def profile(d: Path, shader: str) -> dict[str, dict[str, Any]]:
     """Every Convolution's median GPU ms in model folder ``d`` with ``shader`` ("one",
     "splitk" or "gemm") forced wherever it applies."""
-    _conv_shaders.SPLITK_SHADER = "always" if shader == "splitk" else "never"
-    _conv_shaders.GEMM_SHADER = "always" if shader == "gemm" else "never"
-    times = await convolution_times(d, 8, ("Convolution",))
+    choices = ShaderChoices(
+        conv_splitk="always" if shader == "splitk" else "never",
+        conv_gemm="always" if shader == "gemm" else "never",
+    )
+    times = await convolution_times(d, 8, ("Convolution",), choices)
     out: dict[str, dict[str, Any]] = {}
     for name, ts in times.ms.items():
         layer = times.layer(name)

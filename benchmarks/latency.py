@@ -36,7 +36,7 @@ import numpy as np
 from _common import blob_names, emit, model_folders, model_names, timed_extractions
 
 from asyncvk import Net, Option, get_gpu_info
-from asyncvk.layers import _conv_shaders, _strided_gemm
+from asyncvk.gpu import ShaderChoices
 
 
 def _stats(times: list[float]) -> dict[str, float]:
@@ -140,29 +140,29 @@ def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
     return result
 
 
+#: variants that run other shaders than the device's defaults
+VARIANT_CHOICES = {
+    "asyncvk_no_splitk": ShaderChoices(conv_splitk="never"),  # deep convolutions, one-output
+    "asyncvk_no_conv_gemm": ShaderChoices(conv_gemm="never"),  # large maps, one-output shader
+    "asyncvk_no_winograd": ShaderChoices(conv_winograd="never"),  # CPU devices: tiled 3x3
+    "asyncvk_plain_gemm": ShaderChoices(gemm_tiled="never"),  # gemm.comp over gemm_tiled.comp
+    "asyncvk_scalar_gemm_loads": ShaderChoices(gemm_vec4_loads=False),  # one k a load
+    "asyncvk_own_conv_weights": ShaderChoices(conv_shared_weights=False),  # all 8 per lane
+}
+
+
 def _measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
     if variant == "ncnn":
         return ncnn_latency(d, loops)
-    if variant == "asyncvk_tiled_conv":
-        # the other convolution shader than this device type gets by default
-        _conv_shaders.TILED_SHADER = "never" if get_gpu_info().is_cpu else "always"
-    if variant == "asyncvk_no_splitk":  # deep convolutions on the one-output shader too
-        _conv_shaders.SPLITK_SHADER = "never"
-    if variant == "asyncvk_no_conv_gemm":  # large maps on the one-output shader too
-        _conv_shaders.GEMM_SHADER = "never"
-    if variant == "asyncvk_no_winograd":  # 3x3 layers on CPU devices on the tiled shader
-        _conv_shaders.WINOGRAD_SHADER = "never"
-    if variant == "asyncvk_plain_gemm":  # gemm.comp where gemm_tiled.comp would run
-        _strided_gemm.TILED_GEMM = "never"
-    if variant == "asyncvk_scalar_gemm_loads":  # gemm_tiled.comp one k a load throughout
-        _strided_gemm.VEC4_LOADS = False
-    if variant == "asyncvk_own_conv_weights":  # convolution_tiled.comp: every lane all 8 weights
-        _conv_shaders.SHARED_WEIGHTS = False
     option = Option(
         use_fp16_storage=variant == "asyncvk_fp16",
         # fp32 storage, fp16 operands where a shader has them (the matrix-unit convolution)
         use_fp16_arithmetic=variant == "asyncvk_fp16_arith",
+        shader_choices=VARIANT_CHOICES.get(variant),
     )
+    if variant == "asyncvk_tiled_conv":  # the other convolution shader than the device's own
+        tiled = "never" if get_gpu_info().is_cpu else "always"
+        option.shader_choices = ShaderChoices(conv_tiled=tiled)
     return asyncio.run(asyncvk_latency(d, loops, option))
 
 

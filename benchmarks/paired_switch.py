@@ -1,15 +1,13 @@
-"""Two settings of one module switch, timed in pairs inside one process.
+"""Two settings of one shader choice, timed in pairs inside one process.
 
-    python benchmarks/paired_switch.py --model DIR --switch asyncvk.layers._strided_gemm.VEC4_LOADS
+    python benchmarks/paired_switch.py --model DIR --choice gemm_vec4_loads
         [--values '[false, true]'] [--pairs 8] [--out FILE.json]
 
 On a machine whose speed drifts from minute to minute (the 2-core lavapipe box), two fresh
 processes run minutes apart can differ by more than the change being measured. Here one Net is
-loaded per value of the switch, and their extractions alternate (A B, then B A), so drift
-hits both alike. The switch is set to a Net's value before its load, and again before each of
-its extractions for the choices made when a plan is recorded (a Concat's copies); the layout
-choices a plan records are read back from the pipelines the load built (``RecordContext.spec``).
-The report gives each value's min and median,
+loaded per value of the choice (a field of ``asyncvk.gpu.ShaderChoices``, given to each Net in
+its Option), and their extractions alternate (A B, then B A), so drift hits both alike. The
+report gives each value's min and median,
 the ratio of each pair (last value over first) and the largest difference between their
 outputs (0.0 when a change keeps the same products: it cannot tell the variants apart).
 
@@ -22,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import statistics
 import time
@@ -32,12 +29,13 @@ from typing import Any
 import numpy as np
 from _common import blob_names, emit
 
-from asyncvk import Net, get_gpu_info
+from asyncvk import Net, Option, get_gpu_info
+from asyncvk.gpu import ShaderChoices
 from asyncvk.net._dispatch_profile import ProfilingExtractor
 
 
 async def paired(
-    d: Path, module: Any, attr: str, values: list[Any], pairs: int, layer_types: tuple[str, ...]
+    d: Path, choice: str, values: list[Any], pairs: int, layer_types: tuple[str, ...]
 ) -> dict[str, Any]:
     in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
@@ -45,8 +43,7 @@ async def paired(
     profilers: dict[int, ProfilingExtractor] = {}  # by the Net's index
     try:
         for value in values:
-            setattr(module, attr, value)
-            net = Net()
+            net = Net(Option(shader_choices=ShaderChoices(**{choice: value})))
             await net.__aenter__()
             nets.append(net)
             await net.load_param(d / "model.param")
@@ -54,7 +51,6 @@ async def paired(
             await net.background_builds()
 
         async def once(i: int) -> tuple[float, np.ndarray]:
-            setattr(module, attr, values[i])  # as when Net i's pipelines were chosen
             if layer_types:  # the device ms of those layers' dispatches
                 if i not in profilers:
                     profilers[i] = await ProfilingExtractor(nets[i]).__aenter__()
@@ -99,7 +95,7 @@ async def paired(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="a model folder")
-    parser.add_argument("--switch", required=True, help="module.ATTRIBUTE")
+    parser.add_argument("--choice", required=True, help="a field of asyncvk.gpu.ShaderChoices")
     parser.add_argument("--values", default="[false, true]", help="JSON list, first = baseline")
     parser.add_argument("--pairs", type=int, default=8)
     parser.add_argument(
@@ -109,15 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    module_name, attr = args.switch.rsplit(".", 1)
-    module = importlib.import_module(module_name)
     values = json.loads(args.values)
     layer_types = tuple(t for t in args.layer_types.split(",") if t)
-    result = asyncio.run(paired(args.model, module, attr, values, args.pairs, layer_types))
+    result = asyncio.run(paired(args.model, args.choice, values, args.pairs, layer_types))
     report = {
         "device": get_gpu_info().device_name,
         "model": args.model.name,
-        "switch": args.switch,
+        "choice": args.choice,
         "timed": f"device ms of {list(layer_types)}" if layer_types else "extraction wall ms",
         **result,
     }

@@ -19,15 +19,17 @@ from typing import Any
 
 from conv_shaders import convolution_times
 
-from asyncvk.layers import _conv_shaders
+from asyncvk.gpu import ShaderChoices
+from asyncvk.gpu._shader_choices import Place
 
 
-async def profile(d: Path, winograd: str, runs: int) -> dict[str, dict[str, Any]]:
-    """Every eligible Convolution's median ms in model folder ``d`` with WINOGRAD_SHADER set
-    to ``winograd`` ("always" or "never")."""
-    _conv_shaders.WINOGRAD_SHADER = winograd
+async def profile(d: Path, winograd: Place, runs: int) -> dict[str, dict[str, Any]]:
+    """Every eligible Convolution's median ms in model folder ``d`` with the Winograd choice
+    ``winograd`` ("always" or "never")."""
+    choices = ShaderChoices(conv_winograd=winograd)
     # the first run compiles (llvmpipe) and is left out
-    times = await convolution_times(d, runs + 1, ("Convolution", "ConvolutionDepthWise"))
+    types = ("Convolution", "ConvolutionDepthWise")
+    times = await convolution_times(d, runs + 1, types, choices)
     out: dict[str, dict[str, Any]] = {}
     for name, ts in times.ms.items():
         layer = times.layer(name)

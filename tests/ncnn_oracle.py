@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from asyncvk import Net, Option
+from asyncvk.gpu._shader_choices import ShaderChoices
 from asyncvk.net._plan import _CpuStep
 
 
@@ -110,10 +111,12 @@ async def asyncvk_forward(
     inputs: dict[str, np.ndarray],
     outputs: list[str],
     gpu: bool = True,
+    choices: ShaderChoices | None = None,
 ) -> tuple[dict[str, np.ndarray], set[str]]:
-    """asyncvk's outputs, and the types of the layers that ran on the CPU on the way."""
+    """asyncvk's outputs, and the types of the layers that ran on the CPU on the way (with
+    ``choices``, the shaders those say)."""
     result: dict[str, np.ndarray] = {}
-    async with Net(Option(use_vulkan_compute=gpu)) as net:
+    async with Net(Option(use_vulkan_compute=gpu, shader_choices=choices)) as net:
         await net.load_param(model.param)
         await net.load_model(model.bin)
         for name in outputs:
@@ -150,11 +153,12 @@ async def assert_gpu_and_cpu_match_ncnn(
     gpu_type: str,
     output: str = "out0",
     rtol: float = 1e-4,
+    choices: ShaderChoices | None = None,
 ) -> None:
-    """ncnn's output against asyncvk's GPU path (``gpu_type`` must not fall back to the CPU)
-    and its CPU path."""
+    """ncnn's output against asyncvk's GPU path (``gpu_type`` must not fall back to the CPU;
+    ``choices``: the shaders it runs) and its CPU path."""
     theirs = ncnn_forward(model, inputs, [output])[output]
-    gpu, cpu_types = await asyncvk_forward(model, inputs, [output], gpu=True)
+    gpu, cpu_types = await asyncvk_forward(model, inputs, [output], gpu=True, choices=choices)
     assert gpu_type not in cpu_types, f"{gpu_type} fell back to the CPU"
     assert_close(gpu[output], theirs, "gpu", rtol)
     cpu, _ = await asyncvk_forward(model, inputs, [output], gpu=False)

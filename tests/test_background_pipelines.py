@@ -13,21 +13,23 @@ import numpy as np
 import pytest
 from test_layers_gpu import CASES, Case, build
 
-from asyncvk.layers import _conv_shaders
+from asyncvk.gpu._shader_choices import ShaderChoices
 from asyncvk.net._dispatch_profile import ProfilingExtractor
 from asyncvk.net._net import Net
+from asyncvk.net._option import Option
 from asyncvk.shader import _compiler
 
 RNG = np.random.default_rng(5)
+#: GPU-like shader choices on lavapipe: the GEMM convolution, none of lavapipe's own
+GPU_LIKE = Option(
+    shader_choices=ShaderChoices(conv_gemm="always", conv_tiled="never", conv_winograd="never")
+)
 CASE: Case = next(c for c in CASES if c.params.startswith("0=70 "))  # splits its taps too
 
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """GPU-like shader choices on lavapipe, and the GEMM builds held until the gate opens."""
-    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")  # lavapipe's own choices
-    monkeypatch.setattr(_conv_shaders, "WINOGRAD_SHADER", "never")
+    """The GEMM builds held until the gate opens (nets made with GPU_LIKE choices)."""
     opened = threading.Event()
     compile_glsl = _compiler.compile_glsl  # imported by the cache where it compiles
 
@@ -79,7 +81,7 @@ async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
     param, weights = build(CASE)
     x = RNG.standard_normal(CASE.inputs[0]).astype(np.float32)
     expected = await _cpu_reference(param, weights, x)
-    async with Net() as net:
+    async with Net(GPU_LIKE) as net:
         try:  # opened before the Net closes: closing waits for the held builds
             await net.load_param(param)
             await asyncio.wait_for(net.load_model(weights), 120)  # returns with the gate shut
@@ -110,7 +112,7 @@ async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
 async def test_closing_waits_for_the_background_builds(gate: threading.Event) -> None:
     """A cache saved after ``async with Net(...)`` holds the background pipelines."""
     param, weights = build(CASE)
-    net = Net()
+    net = Net(GPU_LIKE)
     try:
         await net.load_param(param)
         await asyncio.wait_for(net.load_model(weights), 120)
@@ -127,9 +129,7 @@ async def test_closing_waits_for_the_background_builds(gate: threading.Event) ->
         await net.aclose()
 
 
-async def test_cpu_devices_dispatch_the_winograd_passes_after_the_first_output(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_cpu_devices_dispatch_the_winograd_passes_after_the_first_output() -> None:
     """Where the driver compiles a pipeline at its first dispatch (llvmpipe), a wide 3x3
     layer's first extraction runs the direct shader: the Winograd passes are built in the
     background, dispatched once after that extraction, then adopted; the next extraction runs
@@ -138,7 +138,6 @@ async def test_cpu_devices_dispatch_the_winograd_passes_after_the_first_output(
 
     if not get_gpu_info().is_cpu:
         pytest.skip("the deferred hand-over is for CPU devices")
-    monkeypatch.setattr(_conv_shaders, "WINOGRAD_SHADER", "cpu")
     case = Case("Convolution", "0=64 1=3 4=1 5=1 6=36864 9=1", [(64, 10, 12)])
     case.weights = [(36864, 0), (64, 1)]
     param, weights = build(case)

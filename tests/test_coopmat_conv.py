@@ -13,6 +13,7 @@ from test_layers_gpu import RNG, Case, build, conv_weights
 
 from asyncvk.gpu import VulkanDevice
 from asyncvk.gpu._info import GpuInfo
+from asyncvk.gpu._shader_choices import ShaderChoices
 from asyncvk.layers import _conv_shaders, convolution
 from asyncvk.layers._gpu_api import GpuTarget
 from asyncvk.layers._paramdict import ParamDict
@@ -44,9 +45,7 @@ def _gemm_shader(info: GpuInfo, options: ShaderOptions) -> str:
     return conv.pipeline_specs(GpuTarget(options, info))["conv_gemm"].shader
 
 
-def test_the_matrix_unit_shader_only_where_asked_for_and_present(
-    device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_matrix_unit_shader_only_where_asked_for_and_present(device: VulkanDevice) -> None:
     gpu = _matrix_unit_gpu(device.info)
     assert _gemm_shader(gpu, FP16_ARITHMETIC) == "convolution_gemm_coopmat"
     assert _gemm_shader(gpu, ShaderOptions()) == "convolution_gemm"  # fp32 asked for
@@ -57,8 +56,8 @@ def test_the_matrix_unit_shader_only_where_asked_for_and_present(
     assert _gemm_shader(wide, FP16_ARITHMETIC) == "convolution_gemm"
     varying = _matrix_unit_gpu(device.info, max_subgroup_size=64)
     assert _gemm_shader(varying, FP16_ARITHMETIC) == "convolution_gemm"
-    monkeypatch.setattr(_conv_shaders, "GEMM_COOPMAT", "never")
-    assert _gemm_shader(gpu, FP16_ARITHMETIC) == "convolution_gemm"
+    never = dataclasses.replace(gpu, choices=ShaderChoices(conv_gemm_coopmat="never"))
+    assert _gemm_shader(never, FP16_ARITHMETIC) == "convolution_gemm"
 
 
 @pytest.mark.parametrize("storage_fp16", [False, True], ids=["fp32-storage", "fp16-storage"])
@@ -117,11 +116,12 @@ async def _outputs(
 
 #: how a layer's taps are split over workgroups: in 16-tap parts (each workgroup one step, half
 #: of it masked, the sum pass adds bias and activation), not at all (every step accumulated and
-#: prefetched in one workgroup, the shader's own epilogue), and in parts of at least 64 taps
+#: prefetched in one workgroup, the shader's own epilogue), and in parts of at least 64 taps:
+#: each as the fewest 16-tap steps a split takes, and the workgroups that fill the device
 SPLITS = {
-    "split16": {"GEMM_FEWEST_STEPS": 1},
-    "whole": {"GEMM_BUSY": 1},
-    "split64": {"GEMM_FEWEST_STEPS": 4},
+    "split16": (1, _conv_shaders.GEMM_BUSY),
+    "whole": (4, 1),
+    "split64": (4, _conv_shaders.GEMM_BUSY),
 }
 
 
@@ -132,13 +132,14 @@ async def test_on_matrix_units_within_fp16_rounding_of_fp32(
 ) -> None:
     if not _conv_shaders.gemm_coopmat(FP16_ARITHMETIC, device.info):
         pytest.skip(f"{device.info.device_name} has no 16x16 fp16 matrix units")
-    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always")
-    for name, value in SPLITS[split].items():
-        monkeypatch.setattr(_conv_shaders, name, value)
+    fewest_steps, busy = SPLITS[split]
+    monkeypatch.setattr(_conv_shaders, "GEMM_BUSY", busy)  # a size of the device, not a choice
+    choices = ShaderChoices(conv_gemm="always", conv_gemm_fewest_steps=fewest_steps)
     param, weights = build(case)
     x = RNG.standard_normal(case.inputs[0]).astype(np.float32)
     expected, _ = await _outputs(Option(use_vulkan_compute=False), param, weights, x)
-    got, shaders = await _outputs(Option(use_fp16_arithmetic=True), param, weights, x)
+    fp16 = Option(use_fp16_arithmetic=True, shader_choices=choices)
+    got, shaders = await _outputs(fp16, param, weights, x)
     assert "convolution_gemm_coopmat" in shaders and "convolution_gemm" not in shaders
     if split == "whole":
         assert "convolution_gemm_sum" not in shaders

@@ -1,13 +1,12 @@
-"""A layer's device choices (the module settings of ``layers/_device_choice``: the tiled and flat
-layouts, Winograd, the tiled GEMM, concat by copies) are made once, when its pipelines and
-weights are chosen at load. Recording reads them from the pipelines built, so a setting changed
-afterwards (a benchmark switching it, a test forcing it) never pairs one choice's dispatch with
-another choice's pipeline or weight layout."""
+"""A model's shader choices (``ShaderChoices``: the tiled and flat layouts, Winograd, the tiled
+GEMM, concat by copies) are data of its load, on the ``GpuInfo`` its pipelines were chosen with
+and its plans record with. Two models loaded with opposite choices run side by side in one
+process, each with its own shaders and each right: no setting is shared between them, and a
+choice made at load is the one recorded."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
@@ -15,60 +14,56 @@ from ncnn_oracle import assert_close, tagged, write_model
 from test_models import rel_l2
 
 from asyncvk import Net, Option
-from asyncvk.gpu import VulkanDevice
-from asyncvk.layers import (
-    _conv_shaders,
-    _strided_gemm,
-    binary,
-    data_movement,
-    innerproduct,
-    pooling,
-)
+from asyncvk.gpu import ShaderChoices, VulkanDevice
+from asyncvk.gpu._shader_choices import Place
+from asyncvk.net._dispatch_profile import ProfilingExtractor
 
 MODELS = Path(__file__).parent / "models"
 
-#: Every device-choice setting a layer reads both when it picks its pipelines and at record.
-SETTINGS: list[tuple[ModuleType, str]] = [
-    (_conv_shaders, "TILED_SHADER"),
-    (_conv_shaders, "WINOGRAD_SHADER"),
-    (_strided_gemm, "TILED_GEMM"),
-    (binary, "FLAT_SHADER"),
-    (data_movement, "CONCAT_COPIES"),
-    (innerproduct, "FLAT_OUTPUTS"),
-    (pooling, "FLAT_OUTPUTS"),
-]
-FLIPS = [("never", "always"), ("always", "never")]
+
+def _choices(place: Place) -> Option:
+    """Every alternative shader on (``"always"``) or off (``"never"``)."""
+    return Option(
+        use_vulkan_compute=True,
+        shader_choices=ShaderChoices(
+            conv_tiled=place,
+            conv_winograd=place,
+            gemm_tiled=place,
+            binary_flat=place,
+            concat_copies=place,
+            innerproduct_flat=place,
+            pooling_flat=place,
+        ),
+    )
 
 
-def _choose(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    for module, name in SETTINGS:
-        monkeypatch.setattr(module, name, value)
+async def _shaders(net: Net, inputs: dict[str, np.ndarray]) -> set[str]:
+    async with ProfilingExtractor(net) as ex:
+        for name, array in inputs.items():
+            ex.input(name, array)
+        await ex.extract("out0")
+        assert ex.profile is not None
+        return {d.shader for d in ex.profile.dispatches}
 
 
 # cunet: Deconvolution, InnerProduct, Pooling, BinaryOp; shufflenetv2: Concat, depthwise
 # convolutions; resnet18: 3x3 layers of 64 channels and more (Winograd once it is built)
 @pytest.mark.parametrize("model", ["cunet", "shufflenetv2", "resnet18"])
-@pytest.mark.parametrize(("at_load", "at_record"), FLIPS)
-async def test_a_model_records_what_it_loaded(
-    device: VulkanDevice,
-    monkeypatch: pytest.MonkeyPatch,
-    model: str,
-    at_load: str,
-    at_record: str,
-) -> None:
+async def test_models_of_opposite_choices_side_by_side(device: VulkanDevice, model: str) -> None:
     d = MODELS / model
     ref = np.load(d / "output.npy")
-    _choose(monkeypatch, at_load)
-    async with Net(Option(use_vulkan_compute=True)) as net:
-        await net.load_param(d / "model.param")
-        await net.load_model(d / "model.bin")
-        _choose(monkeypatch, at_record)
+    x = {"in0": np.load(d / "input.npy")}
+    async with Net(_choices("always")) as on, Net(_choices("never")) as off:
+        for net in (on, off):
+            await net.load_param(d / "model.param")
+            await net.load_model(d / "model.bin")
         for _ in range(2):  # the second after the background pipelines (Winograd's) are in
-            ex = net.create_extractor()
-            ex.input("in0", np.load(d / "input.npy"))
-            y = await ex.extract("out0")
-            assert rel_l2(y, ref) < 2e-3
-            await net.background_builds()
+            for net in (on, off):
+                ex = net.create_extractor()
+                ex.input("in0", x["in0"])
+                assert rel_l2(await ex.extract("out0"), ref) < 2e-3
+                await net.background_builds()
+        assert await _shaders(on, x) != await _shaders(off, x)
 
 
 _RNG = np.random.default_rng(3)
@@ -93,25 +88,24 @@ LAYERS = {
 }
 
 
+#: what each layer dispatches with every alternative on, and off
+SHADERS = {"gemm": ({"gemm_tiled"}, {"gemm"}), "eltwise": ({"binary_flat"}, {"binary"})}
+
+
 @pytest.mark.parametrize("layer", LAYERS)
-@pytest.mark.parametrize(("at_load", "at_record"), FLIPS)
-async def test_a_layer_records_the_shader_it_loaded(
-    device: VulkanDevice,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    layer: str,
-    at_load: str,
-    at_record: str,
+async def test_a_layer_records_the_shader_its_model_chose(
+    device: VulkanDevice, tmp_path: Path, layer: str
 ) -> None:
     lines, weights, inputs, expected = LAYERS[layer]
     text = f"7767517\n{lines.count(chr(10)) + 1} {len(inputs) + 1}\n{lines}\n"
     model = write_model(tmp_path, text, weights)
-    _choose(monkeypatch, at_load)
-    async with Net(Option(use_vulkan_compute=True)) as net:
-        await net.load_param(model.param)
-        await net.load_model(model.bin)
-        _choose(monkeypatch, at_record)
-        ex = net.create_extractor()
-        for name, array in inputs.items():
-            ex.input(name, array)
-        assert_close(await ex.extract("out0"), expected, layer)
+    async with Net(_choices("always")) as on, Net(_choices("never")) as off:
+        for net in (on, off):
+            await net.load_param(model.param)
+            await net.load_model(model.bin)
+        for net, want in zip((on, off), SHADERS[layer], strict=True):
+            ex = net.create_extractor()
+            for name, array in inputs.items():
+                ex.input(name, array)
+            assert_close(await ex.extract("out0"), expected, layer)
+            assert await _shaders(net, inputs) == want

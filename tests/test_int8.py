@@ -10,6 +10,7 @@ layers are compared with ncnn's packing off (exact), and with it on within a tol
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from ncnn_oracle import (
 )
 
 from asyncvk._errors import ModelFormatError
+from asyncvk.gpu._shader_choices import Place
 from asyncvk.layers._int8 import Int8Scales, float2int8, quantize
 from asyncvk.net._modelbin import ModelBinReader
 
@@ -279,21 +281,19 @@ async def test_int8_layer_on_gpu(case: Case, tmp_path: Path) -> None:
 
 @needs_vulkan
 @pytest.mark.parametrize("tiled", ["always", "never"])
-async def test_int8_grouped_layer_in_either_shader(
-    tiled: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_int8_grouped_layer_in_either_shader(tiled: Place, tmp_path: Path) -> None:
     """4 channels a group: the grouped tiled shader (CPU devices' choice) and the one-output
     shader (GPUs') both match ncnn, and the one forced is the one dispatched, on any device."""
     from asyncvk import Net, Option, get_gpu_info
+    from asyncvk.gpu import ShaderChoices
     from asyncvk.layers import _conv_shaders
     from asyncvk.net._dispatch_profile import ProfilingExtractor
 
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", tiled)
     case = _grouped(2)
     model = case.model(tmp_path)
     x = np.random.default_rng(9).uniform(-2, 2, case.shape).astype(np.float32)
     theirs = ncnn_forward(model, {"in0": x}, ["out0"])["out0"]
-    async with Net(Option()) as net:
+    async with Net(Option(shader_choices=ShaderChoices(conv_tiled=tiled))) as net:
         await net.load_param(model.param)
         await net.load_model(model.bin)
         async with ProfilingExtractor(net) as ex:
@@ -301,7 +301,9 @@ async def test_int8_grouped_layer_in_either_shader(
             ours = await ex.extract("out0")
             assert ex.profile is not None
             shaders = {d.shader for d in ex.profile.dispatches}
-    tiled_here = tiled == "always" and _conv_shaders.tiled_convolution(get_gpu_info())
+    choices = ShaderChoices(conv_tiled=tiled)
+    here = dataclasses.replace(get_gpu_info(), choices=choices)
+    tiled_here = _conv_shaders.tiled_convolution(here)
     want = "convolution_tiled" if tiled_here else "convolution"
     assert want in shaders, shaders
     assert_close(ours, theirs, f"{case.id} ({tiled})", case.rtol)

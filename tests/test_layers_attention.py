@@ -18,9 +18,10 @@ from ncnn_oracle import (
     write_model,
 )
 
-from asyncvk import Net
+from asyncvk import Net, Option
 from asyncvk._errors import ModelFormatError
 from asyncvk.gpu import VulkanDevice
+from asyncvk.gpu._shader_choices import ShaderChoices
 
 RNG = np.random.default_rng(15)
 
@@ -96,12 +97,10 @@ def _mha_model(tmp_path: Path, case: MhaCase) -> tuple[Model, dict[str, np.ndarr
     return model, inputs
 
 
-def _use_product_shader(monkeypatch: pytest.MonkeyPatch, shader: str) -> None:
+def _product_shader(shader: str) -> ShaderChoices:
     """gemm_tiled.comp (CPU devices) or gemm.comp (GPUs, whose attention products add the mask
     after alpha, c_last, and split k over its z invocations)."""
-    from asyncvk.layers import _strided_gemm
-
-    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "always" if shader == "tiled" else "never")
+    return ShaderChoices(gemm_tiled="always" if shader == "tiled" else "never")
 
 
 #: every case on the tiled shader; on gemm.comp the masked ones and the one past its blocks
@@ -116,21 +115,17 @@ async def test_multiheadattention_matches_ncnn(
     tmp_path: Path,
     case: MhaCase,
     shader: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _use_product_shader(monkeypatch, shader)
     model, inputs = _mha_model(tmp_path, case)
-    await assert_gpu_and_cpu_match_ncnn(model, inputs, "MultiHeadAttention")
+    choices = _product_shader(shader)
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "MultiHeadAttention", choices=choices)
 
 
-async def test_the_tiled_products_share_one_pipeline(
-    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_tiled_products_share_one_pipeline(device: VulkanDevice, tmp_path: Path) -> None:
     """With and without C, C before or after alpha: one gemm_tiled.comp pipeline (llvmpipe
     compiles each pipeline at its first dispatch)."""
-    _use_product_shader(monkeypatch, "tiled")
     model, inputs = _mha_model(tmp_path, MhaCase(8, 2, 5, 5, mask=(5, 5)))
-    async with Net() as net:
+    async with Net(Option(shader_choices=_product_shader("tiled"))) as net:
         await net.load_param(model.param)
         await net.load_model(model.bin)
         ex = net.create_extractor()
@@ -215,9 +210,7 @@ async def test_sdpa_matches_ncnn(
     v: tuple[int, ...],
     mask: tuple[int, ...] | None,
     shader: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _use_product_shader(monkeypatch, shader)
     shapes = [q, k, v] + ([mask] if mask else [])
     names = [f"in{i}" for i in range(len(shapes))]
     lines = [f"Input {n} 0 1 {n}" for n in names]
@@ -229,7 +222,7 @@ async def test_sdpa_matches_ncnn(
     }
     if mask is not None:
         inputs["in3"][RNG.random(mask) < 0.2] = -1e9
-    await assert_gpu_and_cpu_match_ncnn(model, inputs, "SDPA")
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "SDPA", choices=_product_shader(shader))
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import pytest
 
 from asyncvk.gpu import VulkanDevice
 from asyncvk.gpu._info import GpuInfo
+from asyncvk.gpu._shader_choices import Place, ShaderChoices
 from asyncvk.net._dispatch_profile import DispatchTiming, ProfilingExtractor
 from asyncvk.net._net import Net
 from asyncvk.net._option import Option
@@ -327,9 +328,14 @@ def assert_close(got: np.ndarray, expected: np.ndarray, of_scale: float = 3e-6) 
 
 
 async def _run(
-    case: Case, gpu: bool, inputs: list[np.ndarray], param: bytes, weights: bytes
+    case: Case,
+    gpu: bool,
+    inputs: list[np.ndarray],
+    param: bytes,
+    weights: bytes,
+    choices: ShaderChoices | None = None,
 ) -> tuple[list[np.ndarray], Net]:
-    net = Net(Option(use_vulkan_compute=gpu))
+    net = Net(Option(use_vulkan_compute=gpu, shader_choices=choices))
     await net.load_param(param)
     await net.load_model(weights)
     await net.background_builds()  # plans as the model settles (the GEMM pipelines adopted)
@@ -366,7 +372,7 @@ async def test_gpu_matches_reference(device: VulkanDevice, case: Case) -> None:
 
 
 async def _shaders_against_reference(
-    case: Case, of_scale: float = 3e-6
+    case: Case, of_scale: float = 3e-6, choices: ShaderChoices | None = None
 ) -> tuple[list[np.ndarray], list[DispatchTiming]]:
     """Run ``case`` on the CPU path and on the GPU, check the GPU's outputs against the CPU's,
     and give the reference outputs and the dispatches of one profiled GPU run (which shaders,
@@ -375,7 +381,7 @@ async def _shaders_against_reference(
     inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
     expected, cpu_net = await _run(case, False, inputs, param, weights)
     await cpu_net.aclose()
-    got, gpu_net = await _run(case, True, inputs, param, weights)
+    got, gpu_net = await _run(case, True, inputs, param, weights, choices)
     try:
         async with ProfilingExtractor(gpu_net) as ex:
             for i, x in enumerate(inputs):
@@ -396,17 +402,15 @@ FLAT_CASES = [c for c in CASES if c.type in ("Pooling", "InnerProduct")]
 
 @pytest.mark.parametrize("flat", ["always", "never"])
 @pytest.mark.parametrize("case", FLAT_CASES, ids=[c.id for c in FLAT_CASES])
-async def test_flat_and_tiled_layouts(
-    device: VulkanDevice, case: Case, flat: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_flat_and_tiled_layouts(device: VulkanDevice, case: Case, flat: Place) -> None:
     """pooling.comp's outputs flat along x and innerproduct_blocked.comp (CPU devices), and
     the GPU layouts (8 x 8 tiles per channel, a workgroup per output), are the ones dispatched
     and match the reference, whichever device runs the tests."""
-    from asyncvk.layers import innerproduct, pooling
+    from asyncvk.layers import pooling
 
-    module = pooling if case.type == "Pooling" else innerproduct
-    monkeypatch.setattr(module, "FLAT_OUTPUTS", flat)
-    expected, dispatches = await _shaders_against_reference(case)
+    field = "pooling_flat" if case.type == "Pooling" else "innerproduct_flat"
+    choices = ShaderChoices(**{field: flat})
+    expected, dispatches = await _shaders_against_reference(case, choices=choices)
     if case.type == "InnerProduct":  # float layers (int8 ones keep innerproduct.comp)
         want = "innerproduct_blocked" if flat == "always" else "innerproduct"
         assert {d.shader for d in dispatches} == {want}
@@ -424,9 +428,7 @@ async def test_flat_and_tiled_layouts(
     "choice", ["one-output", "tiled", "tiled-plain", "splitk", "gemm", "winograd"]
 )
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c.id for c in CONV_CASES])
-async def test_every_convolution_shader(
-    device: VulkanDevice, case: Case, choice: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_every_convolution_shader(device: VulkanDevice, case: Case, choice: str) -> None:
     """The tiled shader (chosen on CPU devices), the one-output shader, the split-K shader
     (grouped layers too), the implicit-GEMM shader (chosen on GPUs, by the taps per output
     and the output map) and the Winograd passes (3x3 kernels at stride 1 on CPU devices) all
@@ -436,20 +438,21 @@ async def test_every_convolution_shader(
     and 4 columns."""
     from asyncvk.layers import _conv_shaders
 
-    winograd = "always" if choice == "winograd" else "never"
-    monkeypatch.setattr(_conv_shaders, "WINOGRAD_SHADER", winograd)
     tiled = choice.startswith("tiled")
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if tiled else "never")
-    monkeypatch.setattr(_conv_shaders, "SHARED_WEIGHTS", choice == "tiled")
     columns = 4 if choice == "tiled-plain" else 8
-    monkeypatch.setattr(_conv_shaders, "DEPTHWISE_FLAT_COLUMNS", columns)
-    monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always" if choice == "splitk" else "never")
     gemm = choice.startswith("gemm")
-    monkeypatch.setattr(_conv_shaders, "GEMM_SHADER", "always" if gemm else "never")
-    # taps split wherever there are two 16-tap steps (a layer of at most 16 runs whole)
-    monkeypatch.setattr(_conv_shaders, "GEMM_FEWEST_STEPS", 1)
+    choices = ShaderChoices(
+        conv_winograd="always" if choice == "winograd" else "never",
+        conv_tiled="always" if tiled else "never",
+        conv_shared_weights=choice == "tiled",
+        depthwise_flat_columns=columns,
+        conv_splitk="always" if choice == "splitk" else "never",
+        conv_gemm="always" if gemm else "never",
+        # taps split wherever there are two 16-tap steps (a layer of at most 16 runs whole)
+        conv_gemm_fewest_steps=1,
+    )
     of_scale = WINOGRAD_ERROR if choice == "winograd" else 3e-6
-    expected, dispatches = await _shaders_against_reference(case, of_scale)
+    expected, dispatches = await _shaders_against_reference(case, of_scale, choices)
     shaders = {d.shader for d in dispatches}
     params = dict(kv.split("=", 1) for kv in case.params.split())
     group, out_c = int(params.get("7", "1")), int(params["0"])
@@ -487,19 +490,15 @@ DECONV_CASES = [c for c in CASES if c.type.startswith("Deconvolution")]
 
 @pytest.mark.parametrize("tiled", [True, False], ids=["tiled", "gather"])
 @pytest.mark.parametrize("case", DECONV_CASES, ids=[c.id for c in DECONV_CASES])
-async def test_every_deconvolution_shader(
-    device: VulkanDevice, case: Case, tiled: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_every_deconvolution_shader(device: VulkanDevice, case: Case, tiled: bool) -> None:
     """deconvolution_tiled.comp (CPU devices: ungrouped, undilated layers) and
     deconvolution.comp both match the reference, whichever device runs the tests."""
-    from asyncvk.layers import _conv_shaders
-
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "always" if tiled else "never")
+    choices = ShaderChoices(conv_tiled="always" if tiled else "never")
     param, weights = build(case)
     inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
     expected, cpu_net = await _run(case, False, inputs, param, weights)
     await cpu_net.aclose()
-    got, gpu_net = await _run(case, True, inputs, param, weights)
+    got, gpu_net = await _run(case, True, inputs, param, weights, choices)
     async with ProfilingExtractor(gpu_net) as ex:
         ex.input("in0", inputs[0])
         await ex.extract("out0")
@@ -537,20 +536,18 @@ def _move_shader(case: Case, cpu_path: bool) -> set[str]:
 @pytest.mark.parametrize("cpu_path", [True, False], ids=["cpu-path", "gpu-path"])
 @pytest.mark.parametrize("case", MOVE_CASES, ids=[c.id for c in MOVE_CASES])
 async def test_concat_copies_and_flat_binary(
-    device: VulkanDevice, case: Case, cpu_path: bool, monkeypatch: pytest.MonkeyPatch
+    device: VulkanDevice, case: Case, cpu_path: bool
 ) -> None:
     """Concat's buffer copies and binary_flat.comp (CPU devices) match the reference, and so do
     concat.comp and binary.comp (GPUs), whichever device runs the tests."""
-    from asyncvk.layers import binary, data_movement
-
-    monkeypatch.setattr(data_movement, "CONCAT_COPIES", "always" if cpu_path else "never")
-    monkeypatch.setattr(binary, "FLAT_SHADER", "always" if cpu_path else "never")
+    place: Place = "always" if cpu_path else "never"
+    choices = ShaderChoices(concat_copies=place, binary_flat=place)
     param, weights = build(case)
     inputs = [RNG.standard_normal(shape).astype(np.float32) for shape in case.inputs]
     inputs = [np.abs(x) + 0.1 if case.positive else x for x in inputs]
     expected, cpu_net = await _run(case, False, inputs, param, weights)
     await cpu_net.aclose()
-    got, gpu_net = await _run(case, True, inputs, param, weights)
+    got, gpu_net = await _run(case, True, inputs, param, weights, choices)
     async with ProfilingExtractor(gpu_net) as ex:
         for i, x in enumerate(inputs):
             ex.input(f"in{i}", x)
@@ -562,17 +559,13 @@ async def test_concat_copies_and_flat_binary(
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=2e-5)
 
 
-async def test_concat_copies_count_fp16_values(
-    device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_concat_copies_count_fp16_values(device: VulkanDevice) -> None:
     """With fp16 storage a copy moves 2 bytes per value (a 4-byte count would overrun)."""
-    from asyncvk.layers import data_movement
-
-    monkeypatch.setattr(data_movement, "CONCAT_COPIES", "always")
     case = Case("Concat", "0=1", [(3, 2, 5), (3, 3, 5), (3, 1, 5)])
     param, weights = build(case)
     inputs = [RNG.standard_normal(s).astype(np.float16).astype(np.float32) for s in case.inputs]
-    net = Net(Option(use_fp16_storage=True))
+    choices = ShaderChoices(concat_copies="always")
+    net = Net(Option(use_fp16_storage=True, shader_choices=choices))
     async with net:
         await net.load_param(param)
         await net.load_model(weights)
@@ -604,7 +597,7 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
 
     def records(params: dict[int, int | float], info: GpuInfo, output: tuple[int, int, int]) -> str:
         """What a plan records ``output`` with once the pipelines chosen on ``info`` are built."""
-        return layer(params)._path(output, specs(params, info).__contains__)
+        return layer(params)._path(info, output, specs(params, info).__contains__)
 
     gpu = dataclasses.replace(device.info, device_type=2)  # a discrete GPU, as far as asked
     cpu = dataclasses.replace(device.info, device_type=4)
@@ -633,10 +626,10 @@ def test_gemm_is_offered_to_wide_convolutions_on_gpus(device: VulkanDevice) -> N
     assert records(small, gpu, (32, 7, 7)) == "splitk"  # 1.6M multiply-adds
     # taps split over workgroups when the tiles alone do not fill the GPU
     step = _conv_shaders.GEMM_STEP
-    assert _conv_shaders.gemm_split_taps((512, 112, 112), 4608) >= 4608  # 1568 tiles: whole
-    split = _conv_shaders.gemm_split_taps((512, 14, 14), 4608)  # 32 tiles
+    assert _conv_shaders.gemm_split_taps(gpu, (512, 112, 112), 4608) >= 4608  # 1568 tiles: whole
+    split = _conv_shaders.gemm_split_taps(gpu, (512, 14, 14), 4608)  # 32 tiles
     assert split % step == 0 and 32 * math.ceil(4608 / split) >= _conv_shaders.GEMM_BUSY
-    assert split >= step * _conv_shaders.GEMM_FEWEST_STEPS
+    assert split >= step * gpu.choices.conv_gemm_fewest_steps
 
 
 def test_winograd_is_for_wide_3x3_layers_on_cpu_devices(device: VulkanDevice) -> None:
@@ -763,7 +756,7 @@ def test_split_k_is_offered_to_deep_convolutions_on_gpus(device: VulkanDevice) -
 
     def records(params: dict[int, int | float], info: GpuInfo, output: tuple[int, int, int]) -> str:
         """What a plan records ``output`` with once the pipelines chosen on ``info`` are built."""
-        return layer(params)._path(output, specs(params, info).__contains__)
+        return layer(params)._path(info, output, specs(params, info).__contains__)
 
     if not device.info.subgroup_operations & 0x4:
         pytest.skip("no subgroup arithmetic on this device")
@@ -799,15 +792,11 @@ LINE_CASES = [
 
 @pytest.mark.parametrize("lines", [False, True], ids=["one-invocation", "workgroup"])
 @pytest.mark.parametrize("case", LINE_CASES, ids=[c.id for c in LINE_CASES])
-async def test_every_line_reduction_shader(
-    device: VulkanDevice, case: Case, lines: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_every_line_reduction_shader(device: VulkanDevice, case: Case, lines: bool) -> None:
     """Softmax and global pooling with one invocation per line (CPU devices) and with a
     workgroup per line (GPUs), against the reference. Max pooling keeps ncnn's NaN rule (NaN
     only where a channel's first value is NaN) and an all -inf channel stays -inf."""
-    from asyncvk.layers import _line_shaders
-
-    monkeypatch.setattr(_line_shaders, "LINE_SHADERS", "always" if lines else "never")
+    choices = ShaderChoices(line_shaders="always" if lines else "never")
     param, weights = build(case)
     x = RNG.standard_normal(case.inputs[0]).astype(np.float32)
     if case.type == "Pooling":
@@ -816,7 +805,7 @@ async def test_every_line_reduction_shader(
         x[2] = -np.inf
     expected, cpu_net = await _run(case, False, [x], param, weights)
     await cpu_net.aclose()
-    got, gpu_net = await _run(case, True, [x], param, weights)
+    got, gpu_net = await _run(case, True, [x], param, weights, choices)
     async with ProfilingExtractor(gpu_net) as ex:
         ex.input("in0", x)
         await ex.extract("out0")
@@ -842,6 +831,7 @@ def test_a_workgroup_per_line_is_for_long_lines_on_gpus(device: VulkanDevice) ->
     cpu = dataclasses.replace(device.info, device_type=4)
     assert not _line_shaders.offered(cpu)
     assert _line_shaders.offered(device.info) == (not device.info.is_cpu)
-    assert _line_shaders.chosen(1, 1000) and _line_shaders.chosen(65_536, 64)
-    assert not _line_shaders.chosen(1, 63) and not _line_shaders.chosen(65_537, 1000)
+    gpu = dataclasses.replace(device.info, device_type=2)
+    assert _line_shaders.chosen(gpu, 1, 1000) and _line_shaders.chosen(gpu, 65_536, 64)
+    assert not _line_shaders.chosen(gpu, 1, 63) and not _line_shaders.chosen(gpu, 65_537, 1000)
     assert _line_shaders.local_size(device.info) == (256, 1, 1)

@@ -3,6 +3,7 @@ and through asyncvk's GPU path (which must not fall back to the CPU) and its CPU
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from ncnn_oracle import (
 from asyncvk import Net
 from asyncvk._errors import ModelFormatError
 from asyncvk.gpu import VulkanDevice
+from asyncvk.gpu._shader_choices import Place, ShaderChoices
 
 RNG = np.random.default_rng(15)
 
@@ -120,29 +122,24 @@ async def test_gemm_matches_ncnn(
     device: VulkanDevice,
     tmp_path: Path,
     case: GemmCase,
-    tiled: str,
-    monkeypatch: pytest.MonkeyPatch,
+    tiled: Place,
 ) -> None:
     """Both product shaders (gemm_tiled.comp on CPU devices, gemm.comp on GPUs)."""
     from asyncvk.layers import _strided_gemm
 
-    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", tiled)
+    choices = ShaderChoices(gemm_tiled=tiled)
     if tiled == "never":
-        assert not _strided_gemm.tiled_gemm_fits(device.info)
+        assert not _strided_gemm.tiled_gemm_fits(dataclasses.replace(device.info, choices=choices))
     model, inputs = _gemm_model(tmp_path, case)
-    await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm")
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm", choices=choices)
 
 
-def test_the_tiled_gemm_needs_subgroup_shuffles(
-    device: VulkanDevice, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_tiled_gemm_needs_subgroup_shuffles(device: VulkanDevice) -> None:
     """gemm_tiled.comp hands A between lanes with subgroupShuffle: no shuffles, no tiled GEMM."""
-    import dataclasses
-
     from asyncvk.layers import _strided_gemm
 
-    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "always")
-    info = dataclasses.replace(device.info, min_subgroup_size=8, max_subgroup_size=8)
+    info = dataclasses.replace(device.info, choices=ShaderChoices(gemm_tiled="always"))
+    info = dataclasses.replace(info, min_subgroup_size=8, max_subgroup_size=8)
     info = dataclasses.replace(info, subgroup_size=8, subgroup_operations=0xFF)
     assert _strided_gemm.tiled_gemm_fits(info)
     assert not _strided_gemm.tiled_gemm_fits(
@@ -150,7 +147,7 @@ def test_the_tiled_gemm_needs_subgroup_shuffles(
     )
 
 
-def test_c_after_alpha_needs_a_c(device: VulkanDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_c_after_alpha_needs_a_c(device: VulkanDevice) -> None:
     """gemm_tiled.comp reads has_c and c_last from its push constants: a product recorded with
     c_last and no C (attention without a mask) must not add the unbound C after alpha (the
     softmax after it would hide a constant added to every score)."""
@@ -158,17 +155,17 @@ def test_c_after_alpha_needs_a_c(device: VulkanDevice, monkeypatch: pytest.Monke
 
     from asyncvk.layers import _strided_gemm
 
-    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "always")
+    tiled = dataclasses.replace(device.info, choices=ShaderChoices(gemm_tiled="always"))
     pushes: list[bytes] = []
 
     class Recorder:
-        info = device.info
+        info = tiled
 
         def dispatch(self, pipeline: str, buffers: object, push: bytes, groups: object) -> None:
             pushes.append(push)
 
         def spec(self, key: str) -> object:
-            return _strided_gemm.gemm_spec(device.info, True)  # the tiled shader
+            return _strided_gemm.gemm_spec(tiled, True)  # the tiled shader
 
     op = _strided_gemm.Operand(buffer=None, row=1, col=1)  # type: ignore[arg-type]
     for c in (None, op):
@@ -178,17 +175,14 @@ def test_c_after_alpha_needs_a_c(device: VulkanDevice, monkeypatch: pytest.Monke
 
 
 async def test_gemm_vec4_loads_give_the_scalar_paths_bits(
-    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    device: VulkanDevice, tmp_path: Path
 ) -> None:
     """gemm_tiled.comp's vec4 path makes the same products in the same order."""
-    from asyncvk.layers import _strided_gemm
-
-    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "always")
     model, inputs = _gemm_model(tmp_path, GemmCase("3=1", [(35, 20), (66, 20), (35, 66)]))
     outputs = []
     for vec4 in (True, False):
-        monkeypatch.setattr(_strided_gemm, "VEC4_LOADS", vec4)
-        outputs.append((await asyncvk_forward(model, inputs, ["out0"]))[0]["out0"])
+        choices = ShaderChoices(gemm_tiled="always", gemm_vec4_loads=vec4)
+        outputs.append((await asyncvk_forward(model, inputs, ["out0"], choices=choices))[0]["out0"])
     np.testing.assert_array_equal(outputs[0], outputs[1])
 
 
@@ -210,17 +204,14 @@ def test_gemm_ranges_fit_the_devices_shared_memory(device: VulkanDevice) -> None
 
 @pytest.mark.parametrize("splits", [1, 2])
 async def test_gemm_with_fewer_ranges_of_k(
-    device: VulkanDevice, tmp_path: Path, splits: int, monkeypatch: pytest.MonkeyPatch
+    device: VulkanDevice, tmp_path: Path, splits: int
 ) -> None:
     """gemm.comp with the workgroups a device of little shared memory gets (its arrays sized
     by the ranges) matches ncnn on the case past its blocks with odd edges."""
-    from asyncvk.layers import _strided_gemm
-
-    monkeypatch.setattr(_strided_gemm, "TILED_GEMM", "never")
-    monkeypatch.setattr(_strided_gemm, "_MOST_SPLITS", splits)
+    choices = ShaderChoices(gemm_tiled="never", gemm_most_splits=splits)
     case = max(PLAIN_CASES, key=lambda c: sum(m for s in c.inputs for m in s))
     model, inputs = _gemm_model(tmp_path, case)
-    await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm")
+    await assert_gpu_and_cpu_match_ncnn(model, inputs, "Gemm", choices=choices)
 
 
 BAD_GEMM = [

@@ -46,3 +46,17 @@ def test_the_cli_refuses_a_cache_folder_without_a_key_the_same_way(tmp_path: Pat
     models = Path(__file__).parent / "models" / "cunet"
     proc = cli("run", str(models / "model.param"), str(models / "model.bin"), "--cache-dir", "x")
     assert proc.returncode == 1 and "--cache-dir and --graph-key go together" in proc.stderr
+
+
+def test_shader_choices_are_checked_when_made() -> None:
+    from asyncvk.gpu import ShaderChoices
+
+    with pytest.raises(ValueError, match=r"ShaderChoices.conv_tiled must be one of .*'sometimes'"):
+        ShaderChoices(conv_tiled="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="depthwise_flat_columns must be 4 or 8, got 6"):
+        ShaderChoices(depthwise_flat_columns=6)
+    with pytest.raises(ValueError, match="gemm_most_splits must be at least 1"):
+        ShaderChoices(gemm_most_splits=0)
+    with pytest.raises(TypeError, match="shader_choices"):
+        Option(shader_choices={"conv_tiled": "never"})  # type: ignore[arg-type]
+    assert Option(shader_choices=ShaderChoices(conv_tiled="never")).shader_choices is not None

@@ -15,6 +15,7 @@ from pipeline_requests import build_one, request_one
 from asyncvk.cache import PipelineCache, PipelineSpec
 from asyncvk.cache._digest import builtin_digest
 from asyncvk.gpu import VulkanDevice
+from asyncvk.gpu._shader_choices import ShaderChoices
 from asyncvk.net._net import Net
 from asyncvk.net._option import Option
 from asyncvk.net._param_parser import SHAPE_HINTS_ID, parse_param
@@ -38,12 +39,13 @@ PLAN_SHAPES: dict[str, tuple[int, ...]] = {}
 
 
 async def infer(
-    param: Path, model: str, x: np.ndarray, *, hints: bool
+    param: Path, model: str, x: np.ndarray, *, hints: bool, choices: ShaderChoices | None = None
 ) -> tuple[np.ndarray, int, int, int]:
     """Output, pipelines created, shape-baked pipelines requested, baked dispatches.
 
     The plan's blob shapes (by name) are left in ``PLAN_SHAPES``."""
-    async with Net(Option(use_vulkan_compute=True, use_shape_hints=hints)) as net:
+    opt = Option(use_vulkan_compute=True, use_shape_hints=hints, shader_choices=choices)
+    async with Net(opt) as net:
         await net.load_param(param)
         await net.load_model(MODELS / model / "model.bin")
         ex = net.create_extractor()
@@ -223,18 +225,15 @@ async def test_hinted_pipelines_give_the_same_outputs(
 
 
 async def test_split_k_layers_dispatch_their_baked_pipelines(
-    device: VulkanDevice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    device: VulkanDevice, tmp_path: Path
 ) -> None:
     """The dry record that picks what to bake takes the pipelines a load builds (split-K's,
     not the background ones): every baked pipeline is one the plan then dispatches."""
-    from asyncvk.layers import _conv_shaders
-
-    monkeypatch.setattr(_conv_shaders, "SPLITK_SHADER", "always")
-    monkeypatch.setattr(_conv_shaders, "TILED_SHADER", "never")
+    choices = ShaderChoices(conv_splitk="always", conv_tiled="never")
     model = "squeezenet"
     x = np.load(MODELS / model / "input.npy")
     param = hinted_param(model, tuple(x.shape[-3:]), tmp_path / "h.param")
-    y, _, baked, dispatches = await infer(param, model, x, hints=True)
+    y, _, baked, dispatches = await infer(param, model, x, hints=True, choices=choices)
     assert baked > 0 and dispatches >= baked
     ref = np.load(MODELS / model / "output.npy")
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 2e-3

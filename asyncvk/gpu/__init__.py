@@ -29,6 +29,7 @@ if _TYPE_CHECKING:
     from ._quirks import QUIRK_TABLE as QUIRK_TABLE
     from ._quirks import Quirks as Quirks
     from ._quirks import resolve_quirks as resolve_quirks
+    from ._shader_choices import ShaderChoices as ShaderChoices
 
 #: public name -> the module that defines it, imported when the name is first read
 _LAZY: dict[str, str] = {
@@ -49,6 +50,7 @@ _LAZY: dict[str, str] = {
     "QUIRK_TABLE": "._quirks",
     "Quirks": "._quirks",
     "resolve_quirks": "._quirks",
+    "ShaderChoices": "._shader_choices",
 }
 
 

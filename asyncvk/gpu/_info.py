@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .._vk import version_string
 from ._identity import DeviceIdentity
 from ._quirks import Quirks
+from ._shader_choices import ShaderChoices
 
 DEVICE_TYPE_NAMES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 #: Preference when choosing the default device: discrete > integrated > virtual > cpu > other.
@@ -69,6 +70,8 @@ class GpuInfo:
     unified_memory: bool
     extensions: frozenset[str]
     quirks: Quirks
+    #: which shaders layers record with here (a load may give its own: ``Option.shader_choices``)
+    choices: ShaderChoices = field(default_factory=ShaderChoices)
 
     @property
     def device_name(self) -> str:

@@ -35,19 +35,17 @@ import numpy as np
 
 from ..gpu._info import GpuInfo
 from ..shader._options import ShaderOptions
-from ._device_choice import FLAT_LOCAL, has_subgroup_shuffles, on_cpu_devices
+from ._device_choice import FLAT_LOCAL, has_subgroup_shuffles
 
-#: Where ungrouped convolutions run the tiled shader: "cpu" devices, "always" or "never".
-TILED_SHADER = "cpu"
-#: Whether convolution_tiled.comp's lanes load one weight each and hand them on by subgroupShuffle
-#: (spec constant 13) instead of each loading all 8 of a tap, where the subgroups allow it
-#: (shared_weights). Measured 2026-11-27 on lavapipe: mobilenet 0.845x, mobilenet_v3 0.936x.
-SHARED_WEIGHTS = True
-#: Output columns an invocation of convolutiondepthwise.comp computes in its flat layout (CPU
-#: devices; GPUs' layout keeps 4): 4 or 8. Measured 2026-11-27 on lavapipe, each model's layers
-#: by kind, 8 against 4: 3x3 stride 1 0.74-0.86x, stride 2 0.83-0.92x; 5x5 stride 1 0.50-0.52x,
-#: stride 2 0.57-0.85x (mobilenet_v2, efficientnet_b0, mnasnet, mobilenet_v3).
-DEPTHWISE_FLAT_COLUMNS = 8
+# Where each shader runs is the device's ShaderChoices (``info.choices``, gpu/_shader_choices):
+# conv_tiled, the tiled shader for ungrouped convolutions ("cpu"); conv_shared_weights, whether
+# convolution_tiled.comp's lanes load one weight each and hand them on by subgroupShuffle (spec
+# constant 13) instead of each loading all 8 of a tap, where the subgroups allow it (measured
+# 2026-11-27 on lavapipe: mobilenet 0.845x, mobilenet_v3 0.936x); depthwise_flat_columns, the
+# output columns an invocation of convolutiondepthwise.comp computes in its flat layout (CPU
+# devices; GPUs' layout keeps 4): measured 2026-11-27 on lavapipe, each model's layers by kind,
+# 8 against 4: 3x3 stride 1 0.74-0.86x, stride 2 0.83-0.92x; 5x5 stride 1 0.50-0.52x, stride 2
+# 0.57-0.85x (mobilenet_v2, efficientnet_b0, mnasnet, mobilenet_v3).
 DEPTHWISE_COLUMNS = 4  # output columns per invocation of convolutiondepthwise.comp's 2-D layout
 TILE_OC = 8  # output channels per invocation in convolution_tiled.comp
 TILE_OX = 8  # output columns per invocation in convolution_tiled.comp
@@ -58,15 +56,13 @@ DECONV_TILE_OX = 4  # output columns (of one stride phase) per invocation in dec
 #: same CPU time on resnet18 (268-272 ms, lavapipe); 8 wastes least on small maps.
 TILED_LOCAL = FLAT_LOCAL
 
-#: "gpu" (devices that are not CPUs and have subgroup arithmetic), "always" (any layer, any
-#: output: tests) or "never".
-SPLITK_SHADER = "gpu"
+# conv_splitk: "gpu" (devices that are not CPUs and have subgroup arithmetic), "always" (any
+# layer, any output) or "never".
 #: (taps per output, largest map h*w, most outputs) for 1x1 kernels and for larger ones
 SPLITK_POINTWISE = (64, 512, 150_000)
 SPLITK_SPATIAL = (400, 196, 25_088)
 LOCAL = (64, 1, 1)
-#: "gpu" (devices that are not CPUs), "always" (any layer, any output: tests) or "never".
-GEMM_SHADER = "gpu"
+# conv_gemm: "gpu" (devices that are not CPUs), "always" (any layer, any output) or "never".
 #: (fewest taps per output, fewest output channels) for a layer to get the GEMM pipeline
 GEMM_BOUNDS = (16, 16)
 #: fewest multiply-adds (output channels x pixels x taps) for a plan to record the GEMM
@@ -76,10 +72,10 @@ GEMM_LOCAL = (256, 1, 1)
 GEMM_TILE = 64  # output channels and output pixels per workgroup
 GEMM_STEP = 16  # taps per step of convolution_gemm.comp
 #: workgroups that keep the H100 busy (two per multiprocessor); a layer with fewer output tiles
-#: splits its taps into up to GEMM_MOST_SPLITS parts of at least GEMM_FEWEST_STEPS steps
+#: splits its taps into up to GEMM_MOST_SPLITS parts of at least the choices'
+#: conv_gemm_fewest_steps steps
 GEMM_BUSY = 264
 GEMM_MOST_SPLITS = 16
-GEMM_FEWEST_STEPS = 4
 SUM_LOCAL = (256, 1, 1)
 PIXELS = 4  # output pixels per subgroup
 _SUBGROUP_FEATURE_ARITHMETIC = 0x4
@@ -92,7 +88,7 @@ TILED_FEWEST_PER_GROUP = 4
 
 def tiled(info: GpuInfo) -> bool:
     """Whether a layer that the tiled shader can run does so on ``info``'s device."""
-    return on_cpu_devices(TILED_SHADER, info)
+    return info.choices.takes(info.choices.conv_tiled, info.is_cpu)
 
 
 def tiled_convolution(info: GpuInfo) -> bool:
@@ -103,12 +99,13 @@ def tiled_convolution(info: GpuInfo) -> bool:
 
 def shared_weights(info: GpuInfo) -> bool:
     """Whether convolution_tiled.comp's lanes share a tap's weights by subgroupShuffle on
-    ``info``'s device (specialization constant 13): SHARED_WEIGHTS, and subgroups that always
-    hold a whole 8-lane workgroup (lavapipe on a 128-bit host has 4-lane ones)."""
+    ``info``'s device (specialization constant 13): its choices' conv_shared_weights, and
+    subgroups that always hold a whole 8-lane workgroup (lavapipe on a 128-bit host has 4-lane
+    ones)."""
     smallest = info.min_subgroup_size or info.subgroup_size
     # the workgroup is one channel block's lanes: lane l loads the block's channel l
     assert TILED_LOCAL[0] == TILE_OC
-    return SHARED_WEIGHTS and smallest >= TILED_LOCAL[0]
+    return info.choices.conv_shared_weights and smallest >= TILED_LOCAL[0]
 
 
 def tiled_groups(output: tuple[int, ...], group: int = 1) -> tuple[int, int, int]:
@@ -146,7 +143,8 @@ def bounds(kernel_w: int, kernel_h: int) -> tuple[int, int, int]:
 
 def offered(info: GpuInfo, taps: int, kernel: tuple[int, int]) -> bool:
     """Whether an ungrouped float layer with ``taps`` per output gets the split-K pipeline."""
-    if SPLITK_SHADER == "never":
+    place = info.choices.conv_splitk
+    if place == "never":
         return False
     size = info.subgroup_size
     usable = bool(info.subgroup_operations & _SUBGROUP_FEATURE_ARITHMETIC) and (
@@ -154,15 +152,17 @@ def offered(info: GpuInfo, taps: int, kernel: tuple[int, int]) -> bool:
     )
     if not usable:
         return False
-    return SPLITK_SHADER == "always" or (not info.is_cpu and taps >= bounds(*kernel)[0])
+    if place == "always":
+        return True
+    return info.choices.takes(place, info.is_cpu) and taps >= bounds(*kernel)[0]
 
 
-def chosen(output: tuple[int, ...], kernel: tuple[int, int]) -> bool:
+def chosen(info: GpuInfo, output: tuple[int, ...], kernel: tuple[int, int]) -> bool:
     """Whether a layer that was offered it records ``output`` (c, h, w) with the split-K shader."""
     oc, oh, ow = output
     _, most_pixels, most_outputs = bounds(*kernel)
     small = oh * ow <= most_pixels and oc * oh * ow <= most_outputs
-    return SPLITK_SHADER == "always" or small
+    return info.choices.conv_splitk == "always" or small
 
 
 def groups(info: GpuInfo, output: tuple[int, ...]) -> int:
@@ -174,17 +174,19 @@ def groups(info: GpuInfo, output: tuple[int, ...]) -> int:
 
 def gemm_offered(info: GpuInfo, taps: int, channels: int) -> bool:
     """Whether an ungrouped float layer gets the implicit-GEMM pipeline beside the others."""
-    if GEMM_SHADER == "never":
-        return False
+    place = info.choices.conv_gemm
+    if place in ("never", "always"):
+        return place == "always"
     fewest_taps, fewest_channels = GEMM_BOUNDS
-    return GEMM_SHADER == "always" or (
-        not info.is_cpu and taps >= fewest_taps and channels >= fewest_channels
+    return (
+        info.choices.takes(place, info.is_cpu)
+        and taps >= fewest_taps
+        and channels >= fewest_channels
     )
 
 
-#: "auto": convolution_gemm_coopmat.comp replaces convolution_gemm.comp where the net asked for
-#: fp16 arithmetic and the device has the matrix units; "never" keeps the fp32 shader.
-GEMM_COOPMAT = "auto"
+# conv_gemm_coopmat: convolution_gemm_coopmat.comp replaces convolution_gemm.comp where the net
+# asked for fp16 arithmetic and the device has the matrix units; "never" keeps the fp32 shader.
 #: the subgroup size convolution_gemm_coopmat.comp is written for (its SUBGROUP_SIZE: 8
 #: subgroups share a tile's 16 blocks); a device that varies its size would break the split
 COOPMAT_SUBGROUP = 32
@@ -195,7 +197,7 @@ def gemm_coopmat(options: ShaderOptions, info: GpuInfo) -> bool:
     for fp16 arithmetic, and ``options`` holds it only where the device has it) multiplied into
     fp32 sums, on a device with 16 x 16 fp16 blocks and a fixed subgroup of 32."""
     return (
-        GEMM_COOPMAT == "auto"
+        info.choices.conv_gemm_coopmat != "never"
         and options.use_fp16_arithmetic
         and info.support_cooperative_matrix
         and info.subgroup_size == info.min_subgroup_size == info.max_subgroup_size
@@ -203,11 +205,11 @@ def gemm_coopmat(options: ShaderOptions, info: GpuInfo) -> bool:
     )
 
 
-def gemm_chosen(output: tuple[int, ...], kernel: tuple[int, int], taps: int) -> bool:
+def gemm_chosen(info: GpuInfo, output: tuple[int, ...], kernel: tuple[int, int], taps: int) -> bool:
     """Whether a layer that was offered it records ``output`` (c, h, w) with the GEMM shader."""
     oc, oh, ow = output
     fewest = GEMM_WORK[0] if kernel == (1, 1) else GEMM_WORK[1]
-    return GEMM_SHADER == "always" or oc * oh * ow * taps >= fewest
+    return info.choices.conv_gemm == "always" or oc * oh * ow * taps >= fewest
 
 
 def gemm_groups(output: tuple[int, ...], splits: int = 1) -> tuple[int, int, int]:
@@ -216,18 +218,18 @@ def gemm_groups(output: tuple[int, ...], splits: int = 1) -> tuple[int, int, int
     return (math.ceil(oh * ow / GEMM_TILE), math.ceil(oc / GEMM_TILE), splits)
 
 
-def gemm_split_taps(output: tuple[int, ...], taps: int) -> int:
+def gemm_split_taps(info: GpuInfo, output: tuple[int, ...], taps: int) -> int:
     """Taps per split for ``output``: all of them when its tiles already fill the GPU."""
     pixel_tiles, channel_tiles, _ = gemm_groups(output)
     steps = math.ceil(taps / GEMM_STEP)
     wanted = math.ceil(GEMM_BUSY / (pixel_tiles * channel_tiles))
-    splits = max(1, min(wanted, GEMM_MOST_SPLITS, steps // GEMM_FEWEST_STEPS))
+    fewest_steps = info.choices.conv_gemm_fewest_steps
+    splits = max(1, min(wanted, GEMM_MOST_SPLITS, steps // fewest_steps))
     return math.ceil(steps / splits) * GEMM_STEP
 
 
-#: Where 3x3 stride-1 convolutions run Winograd F(4x4, 3x3) (``convolution_winograd_*.comp``):
-#: "cpu" devices, "always" (any device: tests) or "never".
-WINOGRAD_SHADER = "cpu"
+# conv_winograd: where 3x3 stride-1 convolutions run Winograd F(4x4, 3x3)
+# (``convolution_winograd_*.comp``): "cpu" devices, "always" (any device) or "never".
 #: the smallest harmonic mean of a layer's input and output channels (2 x in x out / (in + out))
 #: for it to run Winograd: its transforms cost per input and per output channel, its savings grow
 #: with their product. Timing the 76 distinct 3x3 stride-1 layers of 10 models both ways on
@@ -261,12 +263,13 @@ _WINOGRAD_TRANSFORM = np.einsum("ai,bj->abij", _WINOGRAD_G, _WINOGRAD_G).reshape
 def winograd(info: GpuInfo, kernel: tuple[int, int], stride: tuple[int, int],
              dilation: tuple[int, int], in_c: int, out_c: int) -> bool:  # fmt: skip
     """Whether an ungrouped float layer runs the Winograd passes on ``info``'s device."""
-    if WINOGRAD_SHADER == "never" or kernel != (3, 3) or stride != (1, 1) or dilation != (1, 1):
+    place = info.choices.conv_winograd
+    if place == "never" or kernel != (3, 3) or stride != (1, 1) or dilation != (1, 1):
         return False
-    if WINOGRAD_SHADER == "always":
+    if place == "always":
         return True
     harmonic = 2 * in_c * out_c / (in_c + out_c)
-    return harmonic >= WINOGRAD_FEWEST_CHANNELS and on_cpu_devices(WINOGRAD_SHADER, info)
+    return harmonic >= WINOGRAD_FEWEST_CHANNELS and info.choices.takes(place, info.is_cpu)
 
 
 def winograd_tiles(outh: int, outw: int) -> tuple[int, int, int]:

@@ -25,8 +25,3 @@ def has_subgroup_shuffles(info: GpuInfo) -> bool:
     lanes with it (llvmpipe: one vpermd)."""
     wanted = _SUBGROUP_BASIC_AND_SHUFFLE
     return info.subgroup_operations & wanted == wanted
-
-
-def on_cpu_devices(setting: str, info: GpuInfo) -> bool:
-    """Whether a choice set to ``setting`` is taken on ``info``'s device."""
-    return setting == "always" or (setting == "cpu" and info.is_cpu)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ..gpu._info import GpuInfo
 
-#: "gpu" (devices that are not CPUs), "always" (any line: tests) or "never".
-LINE_SHADERS = "gpu"
+# The device's ShaderChoices say where (line_shaders): "gpu" (devices that are not CPUs),
+# "always" (any line) or "never".
 #: the shortest line given to a workgroup, and the most lines (past them one invocation per
 #: line fills the device by itself)
 FEWEST_VALUES = 64
@@ -23,14 +23,13 @@ LARGEST_LOCAL = 256
 
 def offered(info: GpuInfo) -> bool:
     """Whether a layer gets the workgroup-per-line pipeline (built in the background)."""
-    if LINE_SHADERS == "never":
-        return False
-    return LINE_SHADERS == "always" or not info.is_cpu
+    return info.choices.takes(info.choices.line_shaders, info.is_cpu)
 
 
-def chosen(lines: int, length: int) -> bool:
+def chosen(info: GpuInfo, lines: int, length: int) -> bool:
     """Whether a plan records ``lines`` lines of ``length`` values with a workgroup per line."""
-    return LINE_SHADERS == "always" or (length >= FEWEST_VALUES and lines <= MOST_LINES)
+    always = info.choices.line_shaders == "always"
+    return always or (length >= FEWEST_VALUES and lines <= MOST_LINES)
 
 
 def local_size(info: GpuInfo) -> tuple[int, int, int]:

@@ -16,14 +16,12 @@ from dataclasses import dataclass
 
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
-from ._device_choice import has_subgroup_shuffles, on_cpu_devices
+from ._device_choice import has_subgroup_shuffles
 from ._gpu_api import GpuBlob, PipelineSpec, RecordContext, capped_groups, pack_push
 
 #: gemm.comp: invocations per workgroup along (columns, rows); each computes 4x4 outputs.
 _LOCAL = (8, 8)
 _BLOCK = 4
-#: gemm.comp's ranges of k per 4x4 block: the invocations along z.
-_MOST_SPLITS = 4
 #: shared memory gemm.comp takes per range of k: its partial sums (64 pairs x 4 vec4) and its
 #: staged steps of A (16 x 9 vec4) and B (16 x 8 vec4)
 _SHARED_PER_SPLIT = (64 * 4 + 16 * 9 + 16 * 8) * 16
@@ -31,14 +29,12 @@ _SHARED_PER_SPLIT = (64 * 4 + 16 * 9 + 16 * 8) * 16
 _TILED_LOCAL = (64, 1, 1)
 _TILED_ROWS = 16
 _TILED_COLS = 2
-#: Where gemm_tiled.comp runs (its subgroups permitting): "cpu" devices, "always" or "never".
-#: Measured 2026-11-23: about twice as fast as gemm.comp on lavapipe; on the H100 its 8 x 256
-#: tiles leave the GPU idle (vision_transformer 30.6 ms against 14.2 ms with gemm.comp).
-TILED_GEMM = "cpu"
-#: Whether gemm_tiled.comp loads four k at once where both operands run along k in memory.
-#: Measured 2026-11-27 on lavapipe, paired runs in one process (benchmarks/paired_switch.py):
-#: vision_transformer 0.62x (0.81x before the shuffles).
-VEC4_LOADS = True
+# The device's ShaderChoices (``info.choices``) say where gemm_tiled.comp runs, its subgroups
+# permitting (gemm_tiled: "cpu" devices; measured 2026-11-23: about twice as fast as gemm.comp
+# on lavapipe; on the H100 its 8 x 256 tiles leave the GPU idle, vision_transformer 30.6 ms
+# against 14.2 ms with gemm.comp), whether it loads four k at once where both operands run
+# along k in memory (gemm_vec4_loads; measured 2026-11-27 on lavapipe, paired runs in one
+# process: vision_transformer 0.62x), and gemm.comp's most ranges of k (gemm_most_splits).
 
 
 @dataclass(frozen=True)
@@ -60,12 +56,12 @@ class Operand:
 
 
 def tiled_gemm_fits(info: GpuInfo) -> bool:
-    """Whether ``gemm_tiled.comp`` runs on ``info``'s device: TILED_GEMM asks for it there,
+    """Whether ``gemm_tiled.comp`` runs on ``info``'s device: its choices ask for it there,
     subgroupShuffle, and every subgroup size it may pick between 8 (the A chunk) and 64
     (dividing the workgroup)."""
     smallest = info.min_subgroup_size or info.subgroup_size
     largest = max(info.max_subgroup_size, info.subgroup_size)
-    wanted = on_cpu_devices(TILED_GEMM, info)
+    wanted = info.choices.takes(info.choices.gemm_tiled, info.is_cpu)
     return wanted and has_subgroup_shuffles(info) and 8 <= smallest <= largest <= 64
 
 
@@ -75,7 +71,7 @@ def gemm_spec(info: GpuInfo, has_c: bool, c_last: bool = False) -> PipelineSpec:
     before."""
     if tiled_gemm_fits(info):
         # one pipeline for every product: has_c and c_last go in its push constants
-        return PipelineSpec("gemm_tiled", (int(VEC4_LOADS),), _TILED_LOCAL)
+        return PipelineSpec("gemm_tiled", (int(info.choices.gemm_vec4_loads),), _TILED_LOCAL)
     return PipelineSpec("gemm", (int(has_c), int(c_last)), _local(info))
 
 
@@ -87,7 +83,7 @@ def _local(info: GpuInfo) -> tuple[int, int, int]:
     splits = max(
         1,
         min(
-            _MOST_SPLITS,
+            info.choices.gemm_most_splits,
             limits.max_compute_workgroup_invocations // pairs,
             limits.max_compute_shared_memory_size // _SHARED_PER_SPLIT,
         ),

@@ -17,7 +17,6 @@ import numpy as np
 
 from ..gpu._info import GpuInfo
 from ._base import BlobCount, Layer
-from ._device_choice import on_cpu_devices
 from ._geometry import shape4
 from ._gpu_api import (
     GpuBlob,
@@ -162,14 +161,13 @@ def broadcast_strides(
     return tuple(result)
 
 
-#: Where same-shaped (or scalar) operands run ``binary_flat.comp``: "cpu" devices, "always"
-#: (tests) or "never". A GPU keeps ``binary.comp``, whose index divisions it hides.
-FLAT_SHADER = "cpu"
+# Where same-shaped (or scalar) operands run ``binary_flat.comp``: the device's choices say
+# (binary_flat: "cpu" devices). A GPU keeps ``binary.comp``, whose index divisions it hides.
 
 
 def flat_offered(info: GpuInfo) -> bool:
     """Whether BinaryOp and Eltwise get ``binary_flat.comp`` on ``info``'s device."""
-    return on_cpu_devices(FLAT_SHADER, info)
+    return info.choices.takes(info.choices.binary_flat, info.is_cpu)
 
 
 def _walks_flat(strides: tuple[int, int, int, int], shape: Shape) -> bool:

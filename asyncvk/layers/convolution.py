@@ -354,16 +354,18 @@ class Convolution(ConvParams):
             return False
         return _conv_shaders.gemm_offered(info, self.taps, self.num_output)
 
-    def _path(self, output: Shape, built: Callable[[str], bool]) -> str:
+    def _path(self, info: GpuInfo, output: Shape, built: Callable[[str], bool]) -> str:
         """Which pipelines a plan records ``output`` with, of those ``built`` (chosen at load
         and built by now): "winograd", "gemm" (before split-K: a 1x1 layer of 2048 channels on
         a 7x7 map ran in 0.03 ms with it against 0.29 ms), "splitk" or "conv"."""
         if all(map(built, _WINOGRAD_KEYS)):  # chosen only where Winograd runs
             return "winograd"
         kernel = (self.kernel_w, self.kernel_h)
-        if all(map(built, _GEMM_KEYS)) and _conv_shaders.gemm_chosen(output, kernel, self.taps):
+        if all(map(built, _GEMM_KEYS)) and _conv_shaders.gemm_chosen(
+            info, output, kernel, self.taps
+        ):
             return "gemm"
-        if built("conv_splitk") and _conv_shaders.chosen(output, kernel):
+        if built("conv_splitk") and _conv_shaders.chosen(info, output, kernel):
             return "splitk"
         return "conv"
 
@@ -451,7 +453,7 @@ class Convolution(ConvParams):
     def _record_conv(self, ctx: RecordContext, source: GpuBlob, output: GpuBlob) -> None:
         """The choices made at load, read back from the pipelines built: which alternatives
         exist (``_path``), which shader "conv" is and its layout constants (``ctx.spec``)."""
-        path = self._path(output.shape, ctx.has_pipeline)
+        path = self._path(ctx.info, output.shape, ctx.has_pipeline)
         if path == "winograd":
             self._record_winograd(ctx, source, output)
             return
@@ -514,7 +516,7 @@ class Convolution(ConvParams):
     ) -> None:
         """convolution_gemm.comp, its taps split over workgroups (then summed by
         convolution_gemm_sum.comp) when the output's tiles alone would leave the GPU idle."""
-        split_taps = _conv_shaders.gemm_split_taps(output.shape, self.taps)
+        split_taps = _conv_shaders.gemm_split_taps(ctx.info, output.shape, self.taps)
         splits = math.ceil(self.taps / split_taps)
         gemm_push = push + pack_push("i", split_taps)
         groups = capped_groups(_conv_shaders.gemm_groups(output.shape, splits), ctx.info)
@@ -561,7 +563,7 @@ class ConvolutionDepthWise(Convolution):
         if self.group > 1 and self.num_output == self.group and one_input_per_group:
             flat = self._flat_columns(info)
             columns = (
-                _conv_shaders.DEPTHWISE_FLAT_COLUMNS if flat else _conv_shaders.DEPTHWISE_COLUMNS
+                info.choices.depthwise_flat_columns if flat else _conv_shaders.DEPTHWISE_COLUMNS
             )
             return ("convolutiondepthwise", columns, 1)
         return super().shader(info)

@@ -19,7 +19,6 @@ import numpy as np
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
 from ._base import BlobCount, Layer, ShareInputOnGpu
-from ._device_choice import on_cpu_devices
 from ._geometry import shape4
 from ._gpu_api import (
     GpuBlob,
@@ -38,8 +37,7 @@ from ._schema import Param, ints
 _F32 = np.float32
 _EXACT = 1 << 22  # float32 holds k + 0.5 exactly below 2^23
 _CONCAT_MAX = 8  # input bindings of concat.comp
-#: Concat by buffer copies: "cpu" (CPU devices), "always" (tests) or "never"
-CONCAT_COPIES = "cpu"
+# Concat by buffer copies: where the device's choices say (concat_copies: "cpu" devices)
 #: the most copies one Concat records (rows x inputs); past them, one dispatch
 MOST_COPIES = 64
 
@@ -196,7 +194,7 @@ def copies_chosen(info: GpuInfo, runs: int) -> bool:
     lavapipe runs a copy as a memcpy: rrdb's 240 channel Concats (24-48k values each) took
     0.33-0.74 ms each as ``concat.comp`` dispatches (per-lane loads, an integer division and
     an 8-way branch per value), 145 of 633 ms. A GPU keeps the one dispatch."""
-    return runs <= MOST_COPIES and on_cpu_devices(CONCAT_COPIES, info)
+    return runs <= MOST_COPIES and info.choices.takes(info.choices.concat_copies, info.is_cpu)
 
 
 def _copy_runs(

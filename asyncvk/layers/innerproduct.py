@@ -11,7 +11,7 @@ from ..gpu._info import GpuInfo
 from . import _int8
 from ._base import Layer, ModelBin, Shape
 from ._conv_shaders import pack_tiled
-from ._device_choice import FLAT_LOCAL, on_cpu_devices
+from ._device_choice import FLAT_LOCAL
 from ._gpu_api import (
     GpuBlob,
     GpuTarget,
@@ -27,10 +27,10 @@ from ._registry import register_layer
 from ._schema import Param, floats
 from .activation import fused_activation, gpu_activation, validate_activation
 
-#: "cpu" (CPU devices), "always" (tests) or "never" (a workgroup per output, reduced in shared
-#: memory): float layers run innerproduct_blocked.comp (8 outputs per invocation, weights
-#: repacked for it), int8 layers innerproduct.comp with one output per invocation
-FLAT_OUTPUTS = "cpu"
+# Where the device's choices say (innerproduct_flat: "cpu" devices; elsewhere a workgroup per
+# output, reduced in shared memory), float layers run innerproduct_blocked.comp (8 outputs per
+# invocation, weights repacked for it), int8 layers innerproduct.comp with one output per
+# invocation.
 #: outputs per invocation of innerproduct_blocked.comp
 BLOCK = 8
 
@@ -121,7 +121,9 @@ class InnerProduct(Layer):
 
     def _blocked(self, info: GpuInfo) -> bool:
         """Whether this layer runs innerproduct_blocked.comp (float layers, CPU devices)."""
-        return not self.int8_scale_term and on_cpu_devices(FLAT_OUTPUTS, info)
+        return not self.int8_scale_term and info.choices.takes(
+            info.choices.innerproduct_flat, info.is_cpu
+        )
 
     def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
         bias = self.bias if self.bias is not None else np.zeros(1, np.float32)
@@ -134,7 +136,7 @@ class InnerProduct(Layer):
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         act = gpu_activation(self.activation_type, self.activation_params)
-        flat = on_cpu_devices(FLAT_OUTPUTS, target.info)
+        flat = target.info.choices.takes(target.info.choices.innerproduct_flat, target.info.is_cpu)
         local = FLAT_LOCAL if flat else (64, 1, 1)
         float_spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
         if self._blocked(target.info):

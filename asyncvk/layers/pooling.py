@@ -14,7 +14,7 @@ import numpy as np
 
 from . import _line_shaders
 from ._base import Layer, Shape
-from ._device_choice import FLAT_LOCAL, on_cpu_devices
+from ._device_choice import FLAT_LOCAL
 from ._geometry import as_chw, border, same_pads
 from ._gpu_api import (
     GpuBlob,
@@ -31,8 +31,7 @@ from ._schema import Param
 
 POOL_MAX = 0
 POOL_AVE = 1
-#: pooling.comp's outputs flat along x: "cpu" (CPU devices), "always" (tests) or "never"
-FLAT_OUTPUTS = "cpu"
+# pooling.comp's outputs flat along x: where the device's choices say (pooling_flat)
 FLT_MAX = float(np.finfo(np.float32).max)
 
 
@@ -241,7 +240,7 @@ class Pooling(Layer):
         # ncnn excludes only the pads named by params (and the full mode's tail); SAME modes
         # compute their pads, which it then counts, so they divide by the kernel area.
         include = 1 if self.pad_mode in (2, 3) else self.avgpool_count_include_pad
-        flat = on_cpu_devices(FLAT_OUTPUTS, target.info)
+        flat = target.info.choices.takes(target.info.choices.pooling_flat, target.info.is_cpu)
         spec = (self.pooling_type, include, self.adaptive_pooling, int(flat))
         specs = {"pool": PipelineSpec("pooling", spec, FLAT_LOCAL if flat else (8, 8, 1))}
         if self._global_lines(target):
@@ -273,7 +272,7 @@ class Pooling(Layer):
         out = outputs[0].shape
         if (
             self.global_pooling
-            and _line_shaders.chosen(c, h * w)
+            and _line_shaders.chosen(ctx.info, c, h * w)
             and ctx.has_pipeline("pool_global")
         ):
             groups = fold_groups(c, ctx.info)

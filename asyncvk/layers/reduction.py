@@ -207,7 +207,8 @@ class Softmax(Layer):
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         axis = self.axis % len(inputs[0].shape)
         outer, length, inner = _around(inputs[0].shape, axis, axis)
-        if _line_shaders.chosen(outer * inner, length) and ctx.has_pipeline("softmax_lines"):
+        lines = _line_shaders.chosen(ctx.info, outer * inner, length)
+        if lines and ctx.has_pipeline("softmax_lines"):
             groups = fold_groups(outer * inner, ctx.info)
             push = pack_push("3i", outer, length, inner)
             ctx.dispatch("softmax_lines", [inputs[0], outputs[0]], push, groups)

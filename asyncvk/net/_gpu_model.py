@@ -122,7 +122,9 @@ class GpuModel:
         ``prefetch`` (the remote cache tier) sees every spec before the first is requested.
         """
         device = cache.device
-        info = device.info
+        info = device.info  # with the load's own shader choices, if it gives any
+        if opt.shader_choices is not None:
+            info = dataclasses.replace(info, choices=opt.shader_choices)
         options = opt.shader_options()
         model = cls(
             graph,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..gpu._shader_choices import ShaderChoices
 from ..shader._options import ShaderOptions
 
 if TYPE_CHECKING:
@@ -32,6 +33,9 @@ class Option:
     idle for ``plan_idle_seconds`` is released, down to ``idle_plans_per_shape`` per shape, so
     the memory a burst took is given back.
 
+    ``shader_choices`` replaces the device's choice among layers' alternative shaders (a
+    ``ShaderChoices`` from ``asyncvk.gpu``): for tests, and for benchmarks that compare them.
+
     Every field is checked when the Option is made: a wrong type raises TypeError, an
     impossible value or combination (``cache_dir`` without ``graph_key``) ValueError, each
     naming the field.
@@ -47,6 +51,8 @@ class Option:
     use_fp16_storage: bool = False
     use_fp16_arithmetic: bool = False
     use_shape_hints: bool = False
+    #: which shaders layers record with, in place of the device's (None: the device's)
+    shader_choices: ShaderChoices | None = None
     num_compile_threads: int | None = None
     max_plans_per_shape: int = 4
     idle_plans_per_shape: int = 1
@@ -82,6 +88,7 @@ class Option:
         for name in ("use_fp16_storage", "use_fp16_arithmetic", "use_shape_hints"):
             _need(name, getattr(self, name), bool)
         _need("use_vulkan_compute", self.use_vulkan_compute, bool, optional=True)
+        _need("shader_choices", self.shader_choices, ShaderChoices, optional=True)
         _at_least("vulkan_device", self.vulkan_device, 0, optional=True)
         _at_least("num_compile_threads", self.num_compile_threads, 1, optional=True)
         _at_least("max_plans_per_shape", self.max_plans_per_shape, 1)

@@ -117,6 +117,8 @@ class Plan:
         self.graph = graph
         self.gpu_model = gpu_model
         self.device = gpu_model.device
+        #: the device as the model's layers declared for it: what they record with
+        self.info = gpu_model.target.info
         self.request = request
         self.targets = request.targets
         self.batch = request.batch

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..gpu._command import CommandRecorder
 from ..gpu._device import VulkanDevice
+from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer
 from ..layers._gpu_api import GpuBlob, PipelineSpec
 from ._bound_node import BoundNode
@@ -24,6 +25,7 @@ class RecordingPlan(Protocol):
     its count of shape-baked dispatches."""
 
     device: VulkanDevice
+    info: GpuInfo
     owned: list[Buffer]
     dtype: np.dtype[Any]
     baked_dispatches: int
@@ -33,7 +35,7 @@ class PlanContext:
     """The RecordContext a GPU layer records through, for the plan recording it."""
 
     def __init__(self, plan: RecordingPlan, node: BoundNode, recorder: CommandRecorder) -> None:
-        self.info = plan.device.info
+        self.info = plan.info
         self._plan = plan
         self._node = node
         self._rec = recorder

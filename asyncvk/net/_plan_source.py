@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..gpu._device import VulkanDevice
+from ..layers._gpu_api import GpuTarget
 from ._bound_node import BoundNode
 
 
@@ -15,6 +16,8 @@ class PlanSource(Protocol):
     """A GpuModel, as its plans see it."""
 
     device: VulkanDevice
+    #: the device as the model's layers declared for it (its shader choices included)
+    target: GpuTarget
     #: graph node index -> its GPU half
     bound: dict[int, BoundNode]
     #: blobs are stored as float16
