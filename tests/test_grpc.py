@@ -12,14 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
-from test_net_run import OUTPUTS, PARAM
-from test_oip import CUNET, _batch, _expected
+from test_net_run import OUTPUTS
+from test_oip import CUNET, _batch, _expected, start_two_models
 
-from asyncvk.net._random_weights import random_weights
-from asyncvk.serve import create_models_app
 from asyncvk.serve._batcher import BatchSettings
 from asyncvk.serve._oip import MODELS_KEY
-from asyncvk.serve._repository import ModelFiles
 from asyncvk.serve._state import STATE_KEY
 
 grpc = pytest.importorskip("grpc")
@@ -29,22 +26,8 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 
 async def _start(tmp_path: Path, **settings: object) -> TestServer:
-    (tmp_path / "three").mkdir()
-    param = tmp_path / "three" / "model.param"
-    param.write_text(PARAM.format(mask=0))
-    (tmp_path / "three" / "model.bin").write_bytes(random_weights(param))
-    models = [
-        ModelFiles("three", str(param), str(tmp_path / "three" / "model.bin")),
-        ModelFiles("cunet", str(CUNET / "model.param"), str(CUNET / "model.bin")),
-    ]
-    app = create_models_app(models, grpc_address="127.0.0.1:0", **settings)  # type: ignore[arg-type]
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    state = server.app[STATE_KEY]
-    assert state.loading is not None
-    await state.loading
-    assert state.ready, state.error
-    return server
+    """test_oip's two models, with gRPC on a free port too."""
+    return await start_two_models(tmp_path, grpc_address="127.0.0.1:0", **settings)
 
 
 @pytest.fixture

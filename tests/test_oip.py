@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,9 +27,9 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 CUNET = Path(__file__).parent / "models" / "cunet"
 
 
-@pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[TestServer]:
-    """``three`` (three outputs, declared input 3x10x12) and ``cunet``, served together."""
+async def start_two_models(tmp_path: Path, **settings: Any) -> TestServer:
+    """``three`` (three outputs, declared input 3x10x12) and ``cunet``, served together and
+    loaded (``settings`` go to ``create_models_app``)."""
     (tmp_path / "three").mkdir()
     param = tmp_path / "three" / "model.param"
     param.write_text(PARAM.format(mask=0))
@@ -37,13 +38,24 @@ async def server(tmp_path: Path) -> AsyncIterator[TestServer]:
         ModelFiles("three", str(param), str(tmp_path / "three" / "model.bin")),
         ModelFiles("cunet", str(CUNET / "model.param"), str(CUNET / "model.bin")),
     ]
-    server = TestServer(create_models_app(models), host="127.0.0.1")
+    server = TestServer(create_models_app(models, **settings), host="127.0.0.1")
     await server.start_server()
     try:
         state = server.app[STATE_KEY]
         assert state.loading is not None
         await state.loading
         assert state.ready, state.error
+    except BaseException:
+        await server.close()
+        raise
+    return server
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[TestServer]:
+    """``three`` and ``cunet``, served together."""
+    server = await start_two_models(tmp_path)
+    try:
         yield server
     finally:
         await server.close()

@@ -8,7 +8,7 @@ from typing import Any
 from .._vk import version_string
 from ._identity import DeviceIdentity
 from ._quirks import Quirks
-from ._shader_choices import ShaderChoices
+from ._shader_choices import Place, ShaderChoices
 
 DEVICE_TYPE_NAMES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 #: Preference when choosing the default device: discrete > integrated > virtual > cpu > other.
@@ -72,6 +72,12 @@ class GpuInfo:
     quirks: Quirks
     #: which shaders layers record with here (a load may give its own: ``Option.shader_choices``)
     choices: ShaderChoices = field(default_factory=ShaderChoices)
+
+    def takes(self, place: Place) -> bool:
+        """Whether a shader choice set to ``place`` (one of ``self.choices``' fields) is taken
+        on this device, before the layer's own bounds: "gpu" leaves those to the layer."""
+        cpu = self.is_cpu
+        return place == "always" or (place == "cpu" and cpu) or (place == "gpu" and not cpu)
 
     @property
     def device_name(self) -> str:

@@ -70,8 +70,3 @@ class ShaderChoices:
         for name in ("conv_gemm_fewest_steps", "gemm_most_splits"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ShaderChoices.{name} must be at least 1")
-
-    def takes(self, place: Place, is_cpu: bool) -> bool:
-        """Whether a choice set to ``place`` is taken on a device (a CPU one or not), before
-        the layer's own bounds: "gpu" leaves those to the layer."""
-        return place == "always" or (place == "cpu" and is_cpu) or (place == "gpu" and not is_cpu)

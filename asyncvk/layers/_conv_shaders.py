@@ -88,7 +88,7 @@ TILED_FEWEST_PER_GROUP = 4
 
 def tiled(info: GpuInfo) -> bool:
     """Whether a layer that the tiled shader can run does so on ``info``'s device."""
-    return info.choices.takes(info.choices.conv_tiled, info.is_cpu)
+    return info.takes(info.choices.conv_tiled)
 
 
 def tiled_convolution(info: GpuInfo) -> bool:
@@ -154,7 +154,7 @@ def offered(info: GpuInfo, taps: int, kernel: tuple[int, int]) -> bool:
         return False
     if place == "always":
         return True
-    return info.choices.takes(place, info.is_cpu) and taps >= bounds(*kernel)[0]
+    return info.takes(place) and taps >= bounds(*kernel)[0]
 
 
 def chosen(info: GpuInfo, output: tuple[int, ...], kernel: tuple[int, int]) -> bool:
@@ -178,11 +178,7 @@ def gemm_offered(info: GpuInfo, taps: int, channels: int) -> bool:
     if place in ("never", "always"):
         return place == "always"
     fewest_taps, fewest_channels = GEMM_BOUNDS
-    return (
-        info.choices.takes(place, info.is_cpu)
-        and taps >= fewest_taps
-        and channels >= fewest_channels
-    )
+    return info.takes(place) and taps >= fewest_taps and channels >= fewest_channels
 
 
 # conv_gemm_coopmat: convolution_gemm_coopmat.comp replaces convolution_gemm.comp where the net
@@ -269,7 +265,7 @@ def winograd(info: GpuInfo, kernel: tuple[int, int], stride: tuple[int, int],
     if place == "always":
         return True
     harmonic = 2 * in_c * out_c / (in_c + out_c)
-    return harmonic >= WINOGRAD_FEWEST_CHANNELS and info.choices.takes(place, info.is_cpu)
+    return harmonic >= WINOGRAD_FEWEST_CHANNELS and info.takes(place)
 
 
 def winograd_tiles(outh: int, outw: int) -> tuple[int, int, int]:

@@ -23,7 +23,7 @@ LARGEST_LOCAL = 256
 
 def offered(info: GpuInfo) -> bool:
     """Whether a layer gets the workgroup-per-line pipeline (built in the background)."""
-    return info.choices.takes(info.choices.line_shaders, info.is_cpu)
+    return info.takes(info.choices.line_shaders)
 
 
 def chosen(info: GpuInfo, lines: int, length: int) -> bool:

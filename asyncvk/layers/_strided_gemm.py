@@ -61,7 +61,7 @@ def tiled_gemm_fits(info: GpuInfo) -> bool:
     (dividing the workgroup)."""
     smallest = info.min_subgroup_size or info.subgroup_size
     largest = max(info.max_subgroup_size, info.subgroup_size)
-    wanted = info.choices.takes(info.choices.gemm_tiled, info.is_cpu)
+    wanted = info.takes(info.choices.gemm_tiled)
     return wanted and has_subgroup_shuffles(info) and 8 <= smallest <= largest <= 64
 
 

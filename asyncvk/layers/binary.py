@@ -167,7 +167,7 @@ def broadcast_strides(
 
 def flat_offered(info: GpuInfo) -> bool:
     """Whether BinaryOp and Eltwise get ``binary_flat.comp`` on ``info``'s device."""
-    return info.choices.takes(info.choices.binary_flat, info.is_cpu)
+    return info.takes(info.choices.binary_flat)
 
 
 def _walks_flat(strides: tuple[int, int, int, int], shape: Shape) -> bool:

@@ -194,7 +194,7 @@ def copies_chosen(info: GpuInfo, runs: int) -> bool:
     lavapipe runs a copy as a memcpy: rrdb's 240 channel Concats (24-48k values each) took
     0.33-0.74 ms each as ``concat.comp`` dispatches (per-lane loads, an integer division and
     an 8-way branch per value), 145 of 633 ms. A GPU keeps the one dispatch."""
-    return runs <= MOST_COPIES and info.choices.takes(info.choices.concat_copies, info.is_cpu)
+    return runs <= MOST_COPIES and info.takes(info.choices.concat_copies)
 
 
 def _copy_runs(

@@ -121,9 +121,7 @@ class InnerProduct(Layer):
 
     def _blocked(self, info: GpuInfo) -> bool:
         """Whether this layer runs innerproduct_blocked.comp (float layers, CPU devices)."""
-        return not self.int8_scale_term and info.choices.takes(
-            info.choices.innerproduct_flat, info.is_cpu
-        )
+        return not self.int8_scale_term and info.takes(info.choices.innerproduct_flat)
 
     def gpu_weights(self, target: GpuTarget) -> dict[str, np.ndarray]:
         bias = self.bias if self.bias is not None else np.zeros(1, np.float32)
@@ -136,7 +134,7 @@ class InnerProduct(Layer):
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         act = gpu_activation(self.activation_type, self.activation_params)
-        flat = target.info.choices.takes(target.info.choices.innerproduct_flat, target.info.is_cpu)
+        flat = target.info.takes(target.info.choices.innerproduct_flat)
         local = FLAT_LOCAL if flat else (64, 1, 1)
         float_spec = (self.bias_term, act[0], float(act[1]), float(act[2]))
         if self._blocked(target.info):

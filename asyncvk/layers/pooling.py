@@ -240,7 +240,7 @@ class Pooling(Layer):
         # ncnn excludes only the pads named by params (and the full mode's tail); SAME modes
         # compute their pads, which it then counts, so they divide by the kernel area.
         include = 1 if self.pad_mode in (2, 3) else self.avgpool_count_include_pad
-        flat = target.info.choices.takes(target.info.choices.pooling_flat, target.info.is_cpu)
+        flat = target.info.takes(target.info.choices.pooling_flat)
         spec = (self.pooling_type, include, self.adaptive_pooling, int(flat))
         specs = {"pool": PipelineSpec("pooling", spec, FLAT_LOCAL if flat else (8, 8, 1))}
         if self._global_lines(target):
