@@ -83,8 +83,8 @@ def test_the_change_alone_would_change_the_result(
     y_cold, contents = cold
     key = _key(contents, VICTIM)
     cache = PipelineCache(device)
-    with cache._lock:
-        cache._spirv[key] = _constants_changed(contents.spirv[key])
+    with cache.spirv._lock:
+        cache.spirv._spirv[key] = _constants_changed(contents.spirv[key])
     y = asyncio.run(_infer(cache, MODEL))
     cache.close()
     assert not np.allclose(y, y_cold, rtol=1e-3, atol=1e-3)

@@ -590,7 +590,7 @@ async def test_a_damaged_driver_blob_is_replaced_by_a_process_holding_that_blob(
         assert c.get(member) == good and c.zrange(index, 0, -1) == [member]
     await net.aclose()
     again, delta, _ = await _fresh_load(server.url, remote_cache_key=KEY)
-    assert again.cache is not None and again.cache._merged_blobs
+    assert again.cache is not None and again.cache.driver.merged_digests()
     assert delta["rejected"] == 0
     await again.aclose()
 
@@ -625,7 +625,7 @@ async def _load_with_a_reset(url: str) -> Net:
 
     def progress(_done: int, _total: int) -> None:
         if not reset and net.cache is not None:
-            net.cache._reset_driver_cache("a merged blob broke a pipeline (test)")
+            net.cache.driver.reset("a merged blob broke a pipeline (test)")
             reset.append(True)
 
     net = Net(Option(remote_cache=url, remote_cache_key=KEY))
@@ -650,7 +650,7 @@ async def test_a_driver_cache_reset_keeps_the_blobs_others_listed(
     assert set(others) < listed and len(listed) == 3  # theirs, and the one built after the reset
     await net.aclose()
     reader, delta, _ = await _fresh_load(server.url, remote_cache_key=KEY)  # still merges theirs
-    assert reader.cache is not None and len(reader.cache._merged_blobs) == 3
+    assert reader.cache is not None and len(reader.cache.driver.merged_digests()) == 3
     assert delta["rejected"] == 0
     await reader.aclose()
 
@@ -696,7 +696,7 @@ async def test_a_driver_blob_of_another_device_never_reaches_the_driver(
         c.zadd(index, {ours: 3.0, foreign_key: 2.0, copied: 1.0})
     net, delta, _ = await _fresh_load(server.url, remote_cache_key=KEY)
     assert delta["rejected"] == 3 and delta["hits"] == 0
-    assert net.cache is not None and not net.cache._merged_blobs  # nothing was merged
+    assert net.cache is not None and not net.cache.driver.merged_digests()  # nothing was merged
     status = net.remote_status
     assert status is not None
     reasons = "\n".join(status["rejections"][-3:])

@@ -163,7 +163,7 @@ async def test_an_unsigned_store_s_driver_blobs_are_neither_read_nor_written(
         c.zadd(index, {planted: 1.0})
         listed = int(c.info("commandstats").get("cmdstat_zrevrange", {}).get("calls", 0))
     net, _, compiles = await _fresh_load(server.url)
-    assert net.cache is not None and not net.cache._merged_blobs and compiles > 0
+    assert net.cache is not None and not net.cache.driver.merged_digests() and compiles > 0
     status = net.remote_status
     assert status is not None and status["notice"] == UNSIGNED_NOTICE, status
     assert "ASYNCVK_REMOTE_CACHE_KEY" in status["notice"] and status["pushed"] > 0
@@ -173,8 +173,8 @@ async def test_an_unsigned_store_s_driver_blobs_are_neither_read_nor_written(
         assert {k for k in c.keys("*") if b":blob" in k} == {planted.encode(), index.encode()}
     await _filled(server.url, remote_cache_key=KEY)  # a fleet with a key
     signed, _, _ = await _fresh_load(server.url, remote_cache_key=KEY)
-    assert signed.cache is not None and len(signed.cache._merged_blobs) == 1
-    assert planted not in signed.cache._merged_blobs
+    assert signed.cache is not None and len(signed.cache.driver.merged_digests()) == 1
+    assert planted not in signed.cache.driver.merged_digests()
     await signed.aclose()
 
 
@@ -271,7 +271,9 @@ async def test_an_emptied_driver_blob_is_mended(device: VulkanDevice, server: Re
         good = c.get(member)
         c.set(member, b"", keepttl=True)
     net, delta, _ = await _fresh_load(server.url, remote_cache_key=KEY)
-    assert delta["replaced"] == 1 and net.cache is not None and not net.cache._merged_blobs
+    assert (
+        delta["replaced"] == 1 and net.cache is not None and not net.cache.driver.merged_digests()
+    )
     await net.aclose()
     with server.client() as c:
         assert c.get(member) == good and c.zrange(index, 0, -1) == [member]

@@ -102,7 +102,7 @@ def test_every_scalar_push_shader_has_a_variant_that_compiles(device: VulkanDevi
                 continue
             variants += 1
             assert registry.get(variant).source_hash != registry.get(name).source_hash
-            _, info = cache._builtin_spirv(variant, ShaderOptions())
+            _, info = cache.spirv.builtin(variant, ShaderOptions())
             assert info.push_constant_size == 0, variant
             assert any(i >= 100 for i in info.user_specialization_ids), variant
             assert cache.spirv_key(variant, ShaderOptions()) != cache.spirv_key(
@@ -120,7 +120,7 @@ def _push_block(source: str) -> str:
 
 def test_cache_file_keeps_variant_spirv(device: VulkanDevice) -> None:
     with PipelineCache(device) as cache:
-        cache._builtin_spirv("unary@shapes", ShaderOptions())
+        cache.spirv.builtin("unary@shapes", ShaderOptions())
         data = cache.save_cache()
     with PipelineCache(device) as again:
         result = again.load_cache(data)

@@ -15,10 +15,10 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from .._threads import run_sync
-from ._persist import SaveResult, save_cache
-from ._requests import PipelineRequests
+from ._persist import SaveResult
 from ._safe_fs import expand_path
 
 log = logging.getLogger("asyncvk.cache")
@@ -26,10 +26,24 @@ log = logging.getLogger("asyncvk.cache")
 SaveFunction = Callable[[], Awaitable[SaveResult]]
 
 
+class SavedCache(Protocol):
+    """What an AutoSaver watches and saves (a PipelineCache)."""
+
+    saved_generation: int
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def save_to(self, path: str | os.PathLike[str]) -> SaveResult: ...
+
+
 class AutoSaver:
     def __init__(
         self,
-        cache: PipelineRequests,
+        cache: SavedCache,
         path: str | os.PathLike[str] | None = None,
         *,
         interval: float = 2.0,
@@ -79,7 +93,7 @@ class AutoSaver:
                 result = await self._save()
             else:
                 assert self.path is not None
-                result = await run_sync(save_cache, self.cache, self.path)
+                result = await run_sync(self.cache.save_to, self.path)
             self.last_result = result
             if result:
                 self.saves += 1

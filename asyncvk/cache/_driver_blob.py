@@ -1,59 +1,105 @@
-"""The driver blob: merged into the live VkPipelineCache, and dropped when it breaks creation.
+"""The driver-blob store: the only owner of a cache's live VkPipelineCache.
 
-A creation that fails on what a cache file gave (a SPIR-V body, the driver blob) drops that
-content and builds from source: a cache file can cost time, never a run.
+Blobs from files and stores are merged into it once each; a save merges a file's blob into a
+scratch copy, never into the live one. When a loaded blob breaks pipeline creation, the live
+cache is replaced by an empty one and the blobs merged so far are never merged again: a cache
+file can cost time, never a run. Merging against creation is serialised by
+:class:`~asyncvk.gpu._driver_cache.DriverPipelineCache` itself.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import logging
+import threading
 
-from .._errors import PipelineError, SpirvError, VulkanError
+from ..gpu._device import VulkanDevice
 from ..gpu._driver_cache import DriverPipelineCache, blob_holds_pipelines
-from ..gpu._pipeline import PipelineArtifact
-from ..shader._options import ShaderOptions
-from ..shader._reflect import ShaderInfo
-from ._cache_core import log
-from ._spirv_entries import SpirvEntries
+from ._counters import CacheCounters
 
-#: What creating a pipeline raises when the SPIR-V or the driver blob it was given is bad.
-_CONTENT_ERRORS = (SpirvError, PipelineError, VulkanError)
+log = logging.getLogger("asyncvk.cache")
 
 
-class DriverBlob(SpirvEntries):
-    """The live driver cache's blob, and creation that falls back from cached content."""
+def blob_digest(blob: bytes) -> bytes:
+    return hashlib.blake2b(blob, digest_size=16).digest()
 
-    def driver_blob(self) -> bytes:
+
+class DriverBlobStore:
+    """A device's live VkPipelineCache, what was merged into it, and what broke it.
+
+    Arguments:
+        device: the device the VkPipelineCache belongs to.
+        counters: where resets are counted.
+        broken: the driver cannot share pipelines through a VkPipelineCache: hold none.
+    """
+
+    def __init__(self, device: VulkanDevice, counters: CacheCounters, *, broken: bool) -> None:
+        self.device = device
+        self._counters = counters
+        self._lock = threading.Lock()
+        self._vk_cache = None if broken else DriverPipelineCache(device)
+        self._retired: list[DriverPipelineCache] = []  # replaced, released on close
+        self._merged: set[bytes] = set()  # blob_digest of each blob merged
+        self._refused: set[bytes] = set()  # blobs that broke pipeline creation
+        self._loaded = False
+
+    @property
+    def vk_cache(self) -> DriverPipelineCache | None:
+        """The live VkPipelineCache that pipelines are created with (None on broken drivers
+        and once released)."""
+        with self._lock:
+            return self._vk_cache
+
+    @property
+    def loaded(self) -> bool:
+        """Whether a merged blob held pipelines (so a cold creation means it did not help)."""
+        with self._lock:
+            return self._loaded
+
+    def merged_digests(self) -> frozenset[bytes]:
+        """The blob_digest of every blob merged into the live cache."""
+        with self._lock:
+            return frozenset(self._merged)
+
+    def data(self) -> bytes:
         """The live driver cache's data (empty when there is none)."""
         vk_cache = self.vk_cache
         return b"" if vk_cache is None else vk_cache.data()
 
-    def merge_driver_blob(self, blob: bytes) -> bool:
+    def merge(self, blob: bytes) -> bool:
         """Merge a validated blob into the live driver cache; whether it was merged.
 
         A blob that already broke pipeline creation in this process is not merged again (the
         remote tier must then not count it as part of the blob it pushes).
         """
-        if self.vk_cache is None or not blob:
-            return False
-        digest = hashlib.blake2b(blob, digest_size=16).digest()
-        if digest in self._refused_blobs:
-            log.info("not merging a driver blob that broke pipeline creation in this process")
-            return False
-        if digest in self._merged_blobs:
-            return True  # merged before: the live cache holds it
-        self._merged_blobs.add(digest)
-        self.vk_cache.merge(blob)
-        self.driver_blob_loaded = self.driver_blob_loaded or blob_holds_pipelines(blob)
+        digest = blob_digest(blob)
+        with self._lock:
+            vk_cache = self._vk_cache
+            if vk_cache is None or not blob:
+                return False
+            if digest in self._refused:
+                log.info("not merging a driver blob that broke pipeline creation in this process")
+                return False
+            if digest in self._merged:
+                return True  # merged before: the live cache holds it
+            self._merged.add(digest)
+        vk_cache.merge(blob)
+        if blob_holds_pipelines(blob):
+            with self._lock:
+                self._loaded = True
         return True
 
-    def blob_with(self, other: bytes) -> bytes:
+    def data_with(self, other: bytes) -> bytes:
         """The live driver cache's data merged with ``other`` (validated by the caller) in a
         scratch cache: what a save writes. The live cache is not touched."""
-        live = self.driver_blob()
-        digest = hashlib.blake2b(other, digest_size=16).digest()
-        if self.vk_cache is None or not other or digest in self._refused_blobs | self._merged_blobs:
+        live = self.data()
+        with self._lock:
+            skip = (
+                self._vk_cache is None
+                or not other
+                or blob_digest(other) in self._refused | self._merged
+            )
+        if skip:
             return live
         scratch = DriverPipelineCache(self.device, live)
         try:
@@ -62,58 +108,26 @@ class DriverBlob(SpirvEntries):
         finally:
             scratch.release()
 
-    def _create_or_rebuild(
-        self,
-        shader: str,
-        options: ShaderOptions,
-        spirv: bytes,
-        info: ShaderInfo,
-        create: Callable[[bytes, ShaderInfo, DriverPipelineCache | None], PipelineArtifact],
-    ) -> PipelineArtifact:
-        """``create``, and when it fails on what a cache file gave, again without it.
-
-        A cached body that fails is dropped and compiled from source; if creation still fails
-        and a loaded driver blob may be to blame, it is tried without the driver cache, and if
-        that works the driver cache is replaced by an empty one. An error that remains is real.
-        """
-        key = self.spirv_key(shader, options)
-        try:
-            return create(spirv, info, self.vk_cache)
-        except _CONTENT_ERRORS as exc:
-            with self._lock:
-                adopted = self._spirv_compiled.get(key) != spirv
-                if adopted:
-                    self._drop_spirv_locked(key, spirv, f"creating a pipeline failed: {exc}")
-            if not adopted and not self.driver_blob_loaded:
-                raise
-            error = exc
-        if adopted:
-            spirv, info = self._builtin_spirv(shader, options)
-            try:
-                return create(spirv, info, self.vk_cache)
-            except _CONTENT_ERRORS as exc:
-                if not self.driver_blob_loaded:
-                    raise
-                error = exc
-        try:
-            artifact = create(spirv, info, None)
-        except _CONTENT_ERRORS:
-            raise error from None
-        self._reset_driver_cache(f"{shader!r} failed with it ({error}) and worked without")
-        return artifact
-
-    def _reset_driver_cache(self, reason: str) -> None:
+    def reset(self, reason: str) -> None:
         """Replace the live VkPipelineCache by an empty one and never merge its blobs again.
 
-        The old cache may still be in use by another build, so it is destroyed only on close.
+        The old cache may still be in use by another build, so it is released only on close.
         """
         fresh = DriverPipelineCache(self.device)
         with self._lock:
-            old, self.vk_cache = self.vk_cache, fresh
+            old, self._vk_cache = self._vk_cache, fresh
             if old is not None:
-                self._retired_vk_caches.append(old)
-            self._refused_blobs |= self._merged_blobs
-            self.driver_blob_loaded = False
-            self._stats["driver_cache_resets"] += 1
-            self.generation += 1  # a save now writes the driver's new blob over the bad one
+                self._retired.append(old)
+            self._refused |= self._merged
+            self._loaded = False
+        # a save now writes the driver's new blob over the bad one
+        self._counters.add("driver_cache_resets", changed=True)
         log.warning("dropped the loaded driver pipeline cache: %s", reason)
+
+    def release(self) -> None:
+        """Release the live and every replaced VkPipelineCache (no build may be running)."""
+        with self._lock:
+            caches = [*self._retired, *([self._vk_cache] if self._vk_cache else [])]
+            self._retired, self._vk_cache = [], None
+        for vk_cache in caches:
+            vk_cache.release()

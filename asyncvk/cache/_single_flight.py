@@ -7,11 +7,12 @@ outside the lock, and every waiter shares its ``concurrent.futures.Future``.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 _V = TypeVar("_V")
 
@@ -64,3 +65,19 @@ class SingleFlight(Generic[_V]):
             with self.lock:
                 self._running.pop(key, None)
             future.set_result(result)
+
+
+async def await_shared(future: Future[_V]) -> _V:
+    """Await a shared build; cancelling this waiter leaves the build running for the others.
+
+    The inner future's outcome is always retrieved, so a build that fails after its waiter was
+    cancelled is not logged as "exception was never retrieved".
+    """
+    wrapped = asyncio.wrap_future(future)
+    wrapped.add_done_callback(_retrieve)
+    return await asyncio.shield(wrapped)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

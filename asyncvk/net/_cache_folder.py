@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._threads import run_sync
-from ..cache._persist import SaveResult, merge_with_saved
+from ..cache._persist import SaveResult
 from ..cache._pipeline_cache import PipelineCache
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class ModelCacheFolder:
         """Merge ``cache`` with this key's file (keeping what another process saved), write it."""
 
         def build(current: bytes | None) -> bytes:
-            return merge_with_saved(cache, current)
+            return cache.merged_with(current)
 
         path: Path | None = await run_sync(
             self.directory.store,

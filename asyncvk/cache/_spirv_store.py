@@ -1,31 +1,71 @@
-"""SPIR-V entries: compiled once per (shader, option bits, source hash, device macros), adopted
-from cache files or the package's SPIR-V folder, and checked against the shader's declared
-interface before their first use."""
+"""The SPIR-V store: bodies compiled once per (shader, option bits, source hash, device macros),
+adopted from cache files or the package's SPIR-V folder, and checked against the shader's
+declared interface before their first use. It holds no Vulkan object."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Mapping
 
 from .._errors import CacheMissError, SpirvError
 from ..shader._interface import declared_interface, interface_mismatch
 from ..shader._options import ShaderOptions
+from ..shader._options import macro_hash as hash_of_macros
 from ..shader._reflect import ShaderInfo, reflect_spirv
-from ._cache_core import CacheCore, log
+from ..shader._registry import ShaderRegistry
+from ._counters import CacheCounters
 from ._keys import SpirvKey, split_by_macros
-from ._single_flight import Role
+from ._single_flight import Role, SingleFlight
+
+log = logging.getLogger("asyncvk.cache")
 
 
-class SpirvEntries(CacheCore):
-    """The cache's SPIR-V by key: lookup, shared compiles, adoption and rejection."""
+class SpirvStore:
+    """SPIR-V by key for one device's macros: lookup, shared compiles, adoption and rejection.
 
-    def spirv_key(self, shader: str, options: ShaderOptions) -> SpirvKey:
+    Arguments:
+        registry: the shaders a key's name is looked up in.
+        macros: the device's macro definitions every compile gets.
+        counters: where compiles, hits and rejections are counted.
+        use_packaged: take a body from the package's SPIR-V folder before compiling it.
+        must_hit: raise CacheMissError instead of compiling.
+    """
+
+    def __init__(
+        self,
+        registry: ShaderRegistry,
+        macros: dict[str, str],
+        counters: CacheCounters,
+        *,
+        use_packaged: bool,
+        must_hit: bool,
+    ) -> None:
+        self.registry = registry
+        self.use_packaged = use_packaged
+        self.must_hit = must_hit
+        self._macros = macros
+        self._macro_hash = hash_of_macros(macros)
+        self._counters = counters
+        self._lock = threading.Lock()
+        self._spirv: dict[SpirvKey, bytes] = {}
+        self._spirv_info: dict[SpirvKey, ShaderInfo] = {}  # only entries checked or compiled
+        self._spirv_compiled: dict[SpirvKey, bytes] = {}  # compiled by this process
+        self._rejected_spirv: set[tuple[SpirvKey, bytes]] = set()  # never adopted again
+        self._flight: SingleFlight[tuple[bytes, ShaderInfo]] = SingleFlight()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._spirv)
+
+    def key(self, shader: str, options: ShaderOptions) -> SpirvKey:
         source = self.registry.get(shader)
         return SpirvKey(shader, options.bits, source.source_hash, self._macro_hash)
 
-    def _builtin_spirv(self, shader: str, options: ShaderOptions) -> tuple[bytes, ShaderInfo]:
+    def builtin(self, shader: str, options: ShaderOptions) -> tuple[bytes, ShaderInfo]:
         """SPIR-V and reflection for a builtin shader: cache hit, shared compile, or compile."""
-        key = self.spirv_key(shader, options)
+        key = self.key(shader, options)
 
         def lookup() -> tuple[bytes, ShaderInfo] | None:
             spirv = self._spirv.get(key)
@@ -37,7 +77,7 @@ class SpirvEntries(CacheCore):
                 if isinstance(checked, str):
                     return None
                 info = checked
-            self._stats["spirv_hits"] += 1
+            self._counters.add("spirv_hits")
             return spirv, info
 
         def build() -> tuple[bytes, ShaderInfo]:
@@ -61,9 +101,8 @@ class SpirvEntries(CacheCore):
                 self._spirv[key] = spirv
                 self._spirv_info[key] = info
                 self._spirv_compiled[key] = spirv
-                self.generation += 1
-                self._stats["spirv_compiles"] += 1
-                self._stats["glsl_seconds"] += seconds
+            self._counters.add("spirv_compiles", changed=True)
+            self._counters.add("glsl_seconds", seconds)
             return spirv, info
 
         with self._lock:
@@ -76,9 +115,9 @@ class SpirvEntries(CacheCore):
                 return lookup()
 
         # Compile inline on this worker thread; concurrent workers wanting the same key wait.
-        future, role = self._spirv_flight.join_or_start(key, locked_lookup)
+        future, role = self._flight.join_or_start(key, locked_lookup)
         if role is Role.MINE:
-            self._spirv_flight.produce(key, future, build)
+            self._flight.produce(key, future, build)
         return future.result()
 
     def packaged_holds(self, key: SpirvKey) -> bool:
@@ -124,7 +163,7 @@ class SpirvEntries(CacheCore):
             if isinstance(checked, str):
                 if spirv:  # a body that parsed but failed: never adopted again
                     self._rejected_spirv.add((key, spirv))
-                self._stats["spirv_rejected"] += 1
+                self._counters.add("spirv_rejected")
                 log.warning(
                     "packaged SPIR-V of shader %r [option bits 0x%x] rejected, compiling it "
                     "from source: %s",
@@ -140,8 +179,7 @@ class SpirvEntries(CacheCore):
                 return present, self._spirv_info[key]  # adopted from a file meanwhile
             self._spirv[key] = spirv
             self._spirv_info[key] = checked
-            self.generation += 1
-            self._stats["spirv_packaged"] += 1
+        self._counters.add("spirv_packaged", changed=True)
         return spirv, checked
 
     def _checked(self, key: SpirvKey, spirv: bytes) -> ShaderInfo | str:
@@ -170,6 +208,15 @@ class SpirvEntries(CacheCore):
             self._spirv_info[key] = checked
         return checked
 
+    def drop_adopted(self, key: SpirvKey, spirv: bytes, reason: str) -> bool:
+        """Forget ``spirv`` for ``key`` unless this process compiled it (a pipeline failed on
+        it); whether it was an adopted body."""
+        with self._lock:
+            if self._spirv_compiled.get(key) == spirv:
+                return False
+            self._drop_spirv_locked(key, spirv, reason)
+            return True
+
     def _drop_spirv_locked(self, key: SpirvKey, spirv: bytes, reason: str) -> None:
         """Forget a bad cached body, so nothing uses or saves it again. Holds ``_lock``."""
         self._rejected_spirv.add((key, spirv))
@@ -177,8 +224,7 @@ class SpirvEntries(CacheCore):
             return  # another thread already dropped it (and maybe compiled a good one)
         del self._spirv[key]
         self._spirv_info.pop(key, None)
-        self._stats["spirv_rejected"] += 1
-        self.generation += 1  # a save now writes the file without it
+        self._counters.add("spirv_rejected", changed=True)  # a save now writes it without it
         log.warning(
             "cached SPIR-V of shader %r [option bits 0x%x] rejected, compiling it from source: %s",
             key.shader,
@@ -186,7 +232,7 @@ class SpirvEntries(CacheCore):
             reason,
         )
 
-    def check_spirv_entries(self) -> list[str]:
+    def check_entries(self) -> list[str]:
         """Check every adopted entry not used yet, as its first use would; drop the bad ones.
 
         Returns one line per dropped entry (``asyncvk cache verify`` reports them).
@@ -203,11 +249,11 @@ class SpirvEntries(CacheCore):
                     )
         return problems
 
-    def spirv_entries(self) -> dict[SpirvKey, bytes]:
+    def entries(self) -> dict[SpirvKey, bytes]:
         with self._lock:
             return dict(self._spirv)
 
-    def add_spirv_entries(self, entries: dict[SpirvKey, bytes]) -> list[str]:
+    def add_entries(self, entries: dict[SpirvKey, bytes]) -> list[str]:
         """Adopt SPIR-V entries loaded from a file or a store: only those for this device's
         macros, and a builtin shader's only as the install compiled it (:meth:`_not_builtin`).
         Returns one line per entry refused for that."""
@@ -219,7 +265,7 @@ class SpirvEntries(CacheCore):
             for key, spirv in mine.items():
                 if key in refused:
                     self._rejected_spirv.add((key, spirv))
-                    self._stats["spirv_rejected"] += 1
+                    self._counters.add("spirv_rejected")
                 elif key not in self._spirv and (key, spirv) not in self._rejected_spirv:
                     # (a body dropped as bad in this process stays dropped: the file holds it)
                     self._spirv[key] = spirv
@@ -231,9 +277,9 @@ class SpirvEntries(CacheCore):
             log.warning("cached %s; compiling it from source", line)
         return lines
 
-    def spirv_with(self, entries: Mapping[SpirvKey, bytes]) -> dict[SpirvKey, bytes]:
-        """This cache's SPIR-V entries together with those of ``entries`` that
-        :meth:`add_spirv_entries` would adopt (this device's macros, builtins as installed, none
+    def entries_with(self, entries: Mapping[SpirvKey, bytes]) -> dict[SpirvKey, bytes]:
+        """This store's entries together with those of ``entries`` that
+        :meth:`add_entries` would adopt (this device's macros, builtins as installed, none
         dropped as bad here): what a save writes. The live entries are not touched."""
         mine = split_by_macros(entries, self._macro_hash)[0]
         adoptable = {k: v for k, v in mine.items() if not self._not_builtin(k, v)}
@@ -264,5 +310,6 @@ class SpirvEntries(CacheCore):
         return "not the SPIR-V the install compiled for this builtin shader"
 
     @property
-    def device_macro_hash(self) -> int:
+    def macro_hash(self) -> int:
+        """The hash of the device macros this store's keys carry."""
         return self._macro_hash
