@@ -3,6 +3,9 @@ at once, naming the field, instead of doing nothing or failing later inside a lo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from asyncvk import Option
         ({"graph_key": "model"}, ValueError, "Option.graph_key needs the other"),
         ({"pipeline_cache": "cache.vkcache"}, TypeError, "must be a PipelineCache"),
         ({"remote_cache_key": 42}, TypeError, "Option.remote_cache_key must be str or bytes"),
+        ({"prepare_compiler": None}, TypeError, "Option.prepare_compiler must be bool"),
     ],
 )
 def test_a_setting_that_cannot_work_is_refused_when_made(
@@ -60,3 +64,38 @@ def test_shader_choices_are_checked_when_made() -> None:
     with pytest.raises(TypeError, match="shader_choices"):
         Option(shader_choices={"conv_tiled": "never"})  # type: ignore[arg-type]
     assert Option(shader_choices=ShaderChoices(conv_tiled="never")).shader_choices is not None
+
+
+COMPILER_AFTER_LOAD_PARAM = """
+import asyncio, sys
+from asyncvk import Net, Option
+
+async def main():
+    net = Net(Option(use_vulkan_compute=True, prepare_compiler=sys.argv[1] == "on"))
+    await net.load_param("tests/models/cunet/model.param")
+    after_param = "asyncvk.shader._compiler" in sys.modules
+    net.prepare_compiler()
+    print(after_param, "asyncvk.shader._compiler" in sys.modules)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize(("setting", "at_load_param"), [("on", True), ("off", False)])
+def test_prepare_compiler_decides_whether_load_param_sets_the_compiler_up(
+    setting: str, at_load_param: bool
+) -> None:
+    """With the install's SPIR-V off every load may compile: load_param sets the compiler up
+    unless told not to, and ``Net.prepare_compiler()`` does it whenever the caller asks."""
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, ASYNCVK_PACKAGED_SPIRV="0", ASYNCVK_REMOTE_CACHE="")
+    proc = subprocess.run(
+        [sys.executable, "-c", COMPILER_AFTER_LOAD_PARAM, setting],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(at_load_param), "True"]

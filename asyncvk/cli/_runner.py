@@ -62,6 +62,11 @@ async def open_net(config: RunConfig) -> OpenNet:
 
     report: dict[str, Any] = {"param": config.param, "model": config.model}
     start = time.perf_counter()
+    # The compiler's set-up (glslang's first compile, ~80 ms on a thread): the CLI's first lines
+    # start it for a run that will compile. A cache file is attached only after load_param, so
+    # the rule (no SPIR-V loaded: set it up) is applied then; a warm run starts none (on
+    # lavapipe's 2-core machine it slowed that run's load by 25 ms).
+    warm_file = config.cache_file is not None and os.path.exists(config.cache_file)  # noqa: ASYNC240
     opt = Option(
         use_vulkan_compute=False if config.cpu else None,
         vulkan_device=config.device,
@@ -70,17 +75,12 @@ async def open_net(config: RunConfig) -> OpenNet:
         use_shape_hints=config.shape_hints,
         num_compile_threads=config.compile_threads,
         remote_cache=config.remote_cache,
+        prepare_compiler=not warm_file,
     )
     if not config.cache_file and config.cache_dir and config.graph_key:
         # given now, not once the device is open: load_param's compiler rule reads the folder
         opt.cache_dir, opt.graph_key = config.cache_dir, config.graph_key
     net = Net(opt)
-    # The compiler's set-up (glslang's first compile, ~80 ms on a thread): the CLI's first lines
-    # start it for a run that will compile. A cache file is attached only after load_param, so
-    # the rule (no SPIR-V loaded: set it up) is applied then; a warm run starts none (on
-    # lavapipe's 2-core machine it slowed that run's load by 25 ms).
-    warm_file = config.cache_file is not None and os.path.exists(config.cache_file)  # noqa: ASYNC240
-    net._compiler_at_load_param = not warm_file
     client_import = None if config.cpu else _remote_client_import(config)
     t0 = time.perf_counter()
     await net.load_param(config.param)
@@ -100,7 +100,7 @@ async def open_net(config: RunConfig) -> OpenNet:
     else:
         report["device"] = {"name": "cpu (numpy)", "driver": "", "type": "cpu"}
     if warm_file:
-        net._prepare_compiler()
+        net.prepare_compiler()
     model: str | bytes = config.model
     if model == RANDOM_WEIGHTS:  # made before the load's clock starts: no part of a load
         from ..net._random_weights import random_weights

@@ -98,9 +98,6 @@ class Net:
         self.use_vulkan = False
         #: The cache folder, autosave and remote tier across this Net's loads.
         self.model_cache = ModelCache(self.opt)
-        #: False when the caller attaches a loaded cache file after ``load_param`` and applies
-        #: the compiler rule itself then (``_runner.open_net``): a warm run needs no compiler.
-        self._compiler_at_load_param = True
         self._param_source: ModelSource | None = None
         self.load_stats = LoadStatistics()
         self._closed = False
@@ -127,8 +124,8 @@ class Net:
             print(net.input_names, net.output_names)
         """
         start = time.perf_counter()
-        if self._compiler_at_load_param:
-            self._prepare_compiler()
+        if self.opt.prepare_compiler:
+            self.prepare_compiler()
         param_source = await _read_source(source)
         param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)
@@ -228,8 +225,13 @@ class Net:
             self.cache = PipelineCache(self.device, max_workers=self.opt.num_compile_threads)
             self._owns_cache = True
 
-    def _prepare_compiler(self) -> None:
-        """Warm the GLSL compiler in the background, unless this load cannot need it."""
+    def prepare_compiler(self) -> None:
+        """Set the GLSL compiler up on a thread now, unless this Net's load cannot need it (its
+        ``Option.pipeline_cache`` holds SPIR-V, or the install compiled every shader).
+
+        ``load_param`` does this unless ``Option.prepare_compiler`` is False: a caller that
+        attaches a cache file after ``load_param`` calls it then, so a warm load sets nothing
+        up."""
         if self.opt.use_vulkan_compute is False:
             return
         cache = self.opt.pipeline_cache

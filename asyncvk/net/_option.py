@@ -33,6 +33,11 @@ class Option:
     idle for ``plan_idle_seconds`` is released, down to ``idle_plans_per_shape`` per shape, so
     the memory a burst took is given back.
 
+    ``prepare_compiler`` sets the GLSL compiler up on a thread at ``load_param`` when the load
+    may compile (no SPIR-V cached, the install's incomplete), so that its first compile does not
+    wait; False leaves it to the first compile, or to the caller (``Net.prepare_compiler()``,
+    once a cache file is attached).
+
     ``shader_choices`` replaces the device's choice among layers' alternative shaders (a
     ``ShaderChoices`` from ``asyncvk.gpu``): for tests, and for benchmarks that compare them.
 
@@ -54,6 +59,7 @@ class Option:
     #: which shaders layers record with, in place of the device's (None: the device's)
     shader_choices: ShaderChoices | None = None
     num_compile_threads: int | None = None
+    prepare_compiler: bool = True
     max_plans_per_shape: int = 4
     idle_plans_per_shape: int = 1
     #: plans of each batch size over one (``net.run`` with a batch axis, the server's batches)
@@ -85,7 +91,12 @@ class Option:
 
     def check(self) -> None:
         """Raise TypeError or ValueError, naming the field, for a setting that cannot work."""
-        for name in ("use_fp16_storage", "use_fp16_arithmetic", "use_shape_hints"):
+        for name in (
+            "use_fp16_storage",
+            "use_fp16_arithmetic",
+            "use_shape_hints",
+            "prepare_compiler",
+        ):
             _need(name, getattr(self, name), bool)
         _need("use_vulkan_compute", self.use_vulkan_compute, bool, optional=True)
         _need("shader_choices", self.shader_choices, ShaderChoices, optional=True)
