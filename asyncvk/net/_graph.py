@@ -1,16 +1,20 @@
 """Graph: a parsed model, device-free and immutable: its layers in file order and its blob table.
 
 ``build_graph`` creates each layer from its ``.param`` line (params parsed once, blob counts
-checked); ``load_weights`` reads a ``.bin`` into the layers. A Graph holds no GPU state: what one
-load creates on a device is a :class:`~asyncvk.net._gpu_model.GpuModel`.
+checked); ``load_weights`` makes a new Graph whose layers hold a ``.bin``'s weights. A Graph
+holds no GPU state: what one load creates on a device is a
+:class:`~asyncvk.net._gpu_model.GpuModel`.
 
-Reading weights is the one change a layer sees after it is made, so a graph is read into once:
-loading weights again builds fresh layers from the same lines, and a CPU extraction still
-running on the previous graph keeps the weights it started with.
+Reading weights is the one change a layer sees after it is made, and it is made to a copy: the
+Graph a ``.param`` gave stays without weights (a failed load leaves nothing behind in it), a
+loaded Graph is never read into again (loading weights again builds fresh layers from the same
+lines), and a CPU extraction still running on the previous graph keeps the weights it started
+with.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -109,20 +113,22 @@ def build_graph(param: ParamFile) -> Graph:
 
 
 def load_weights(graph: Graph, reader: ModelBinReader) -> Graph:
-    """``graph`` with the weights of ``reader`` read into its layers (fresh ones when ``graph``
-    was read into before); the whole ``.bin`` must be used."""
+    """A new Graph: ``graph``'s layers, copied (built afresh when ``graph`` holds weights), with
+    the weights of ``reader`` read into them; the whole ``.bin`` must be used. ``graph`` is not
+    changed."""
     if graph.weights_loaded:
         graph = build_graph(graph.param)
+    nodes = []
     for node in graph.nodes:
-        reader.current_layer = node.layer.name
+        layer = copy.copy(node.layer)  # a layer's params are set once; weights go to the copy
+        reader.current_layer = layer.name
         try:
-            node.layer.load_model(reader)
+            layer.load_model(reader)
         except ModelFormatError:
             raise
         except Exception as exc:
-            raise model_error(
-                exc, file=reader.source, line=node.line, layer=node.layer.name
-            ) from exc
+            raise model_error(exc, file=reader.source, line=node.line, layer=layer.name) from exc
+        nodes.append(dataclasses.replace(node, layer=layer))
     reader.current_layer = None
     reader.check_end()
-    return dataclasses.replace(graph, weights_loaded=True)
+    return dataclasses.replace(graph, nodes=tuple(nodes), weights_loaded=True)
