@@ -155,6 +155,7 @@ class PipelineCache:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` ran: no request is taken any more."""
         return self.live.closed
 
     @property
@@ -169,9 +170,11 @@ class PipelineCache:
 
     @property
     def device_macro_hash(self) -> int:
+        """The hash of this device's shader macros, part of every SPIR-V key it uses."""
         return self.spirv.macro_hash
 
     def statistics(self) -> CacheStatistics:
+        """What the cache counted since it was made, and what it holds now."""
         values: dict[str, Any] = self.counters.values()
         values["entries"] = len(self.live)
         values["spirv_entries"] = len(self.spirv)
@@ -186,9 +189,11 @@ class PipelineCache:
         return self.counters.build_log()
 
     def spirv_key(self, shader: str, options: ShaderOptions) -> SpirvKey:
+        """The key a builtin shader's SPIR-V is stored under for ``options`` on this device."""
         return self.spirv.key(shader, options)
 
     def spirv_entries(self) -> dict[SpirvKey, bytes]:
+        """A snapshot of the SPIR-V bodies this cache holds, by key."""
         return self.spirv.entries()
 
     def add_spirv_entries(self, entries: dict[SpirvKey, bytes]) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import os
 import threading
 import time
 from collections import Counter
@@ -21,14 +20,11 @@ from .. import _vk
 from .._errors import GpuTimeoutError
 from .._threads import outlive, run_sync, thread_pool
 from ._command import CommandRecorder
+from ._fence_timeout import DEFAULT_FENCE_TIMEOUT_S as DEFAULT_FENCE_TIMEOUT_S
+from ._fence_timeout import fence_timeout_from_env
 from ._info import GpuInfo
-from ._instance import (
-    COOPMAT_EXTENSION,
-    features2,
-    get_default_gpu_index,
-    get_gpu_info,
-    instance,
-)
+from ._instance import get_default_gpu_index, get_gpu_info, instance
+from ._logical_device import create_device, pick_queue_family
 from ._memory import Allocator, Buffer, MemoryKind
 from ._quirks import Quirks
 
@@ -38,26 +34,9 @@ if TYPE_CHECKING:  # numpy is imported where it is used: the device opens withou
 vk = _vk.vkapi
 ffi = _vk.ffi
 
-#: How long one fence wait may take before GpuTimeoutError (ASYNCVK_FENCE_TIMEOUT_S overrides).
-#: Generous: a large model on a busy software rasteriser can run one segment for minutes.
-DEFAULT_FENCE_TIMEOUT_S = 600.0
 #: How long before a run's expected end :meth:`VulkanDevice.run` starts polling its fence from
 #: the event loop, and how long past it the poll goes on before a thread takes the wait over.
 POLL_MAX_S = 0.002
-
-
-def fence_timeout_from_env() -> float:
-    """``ASYNCVK_FENCE_TIMEOUT_S`` in seconds (> 0), else :data:`DEFAULT_FENCE_TIMEOUT_S`."""
-    text = os.environ.get("ASYNCVK_FENCE_TIMEOUT_S", "").strip()
-    if not text:
-        return DEFAULT_FENCE_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise ValueError(f"ASYNCVK_FENCE_TIMEOUT_S={text!r}: expected a positive number of seconds")
-    return value
 
 
 #: Copies of at least this many bytes are split over COPY_THREADS threads (numpy lets go of the
@@ -107,8 +86,8 @@ class VulkanDevice:
         self.physical_device = inst.physical_devices[index]
         self._live: Counter[str] = Counter()
         self._live_lock = threading.Lock()
-        self.queue_family = self._pick_queue_family()
-        self.handle = self._create_device()
+        self.queue_family = pick_queue_family(self.info)
+        self.handle = create_device(self.physical_device, self.info, self.queue_family)
         self.queue = _vk.api.vkGetDeviceQueue(self.handle, self.queue_family, 0)
         self.memory_properties = _vk.api.vkGetPhysicalDeviceMemoryProperties(self.physical_device)
         self.allocator = Allocator(self)
@@ -128,59 +107,6 @@ class VulkanDevice:
         self.poll_fences = not self.info.is_cpu
         self.submissions = 0
         self.closed = False
-
-    # -- creation ---------------------------------------------------------------------------
-
-    def _pick_queue_family(self) -> int:
-        families = [q for q in self.info.queue_families if q.compute and q.count > 0]
-        if not families:
-            raise RuntimeError(f"{self.info.device_name} has no compute queue")
-        dedicated = [q for q in families if not q.graphics]
-        return (dedicated or families)[0].index
-
-    def _create_device(self) -> Any:
-        info = self.info
-        api = info.api_version
-        # every feature the device has, enabled: the same query that described it
-        features = features2(
-            self.physical_device,
-            api >= vk.VK_MAKE_VERSION(1, 2, 0),
-            api >= vk.VK_MAKE_VERSION(1, 3, 0),
-            info.support_cooperative_matrix,
-        )
-        feats2 = features[0]
-        extensions = [n for n in ("VK_KHR_portability_subset",) if n in info.extensions]
-        if info.support_cooperative_matrix:
-            extensions.append(COOPMAT_EXTENSION)
-        # Bounds checks cost speed and our shaders guard their own indices.
-        feats2.features.robustBufferAccess = 0
-        priority = ffi.new("float[1]", [1.0])
-        queue_info = ffi.new(
-            "VkDeviceQueueCreateInfo*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                "queueFamilyIndex": self.queue_family,
-                "queueCount": 1,
-                "pQueuePriorities": priority,
-            },
-        )
-        ext_names = [ffi.new("char[]", name.encode()) for name in extensions]
-        ext_array = ffi.new("char*[]", ext_names) if ext_names else ffi.NULL
-        create = ffi.new(
-            "VkDeviceCreateInfo*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                "pNext": feats2,
-                "queueCreateInfoCount": 1,
-                "pQueueCreateInfos": queue_info,
-                "enabledExtensionCount": len(ext_names),
-                "ppEnabledExtensionNames": ext_array,
-            },
-        )
-        out = ffi.new("VkDevice*")
-        _vk.checked.vkCreateDevice(self.physical_device, create, ffi.NULL, out)
-        del features  # the feature chain, alive through vkCreateDevice
-        return out[0]
 
     # -- bookkeeping -----------------------------------------------------------------------
 

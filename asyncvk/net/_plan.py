@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,29 +35,11 @@ from ._graph import Graph, GraphNode
 from ._input_limits import check_plan_fits
 from ._plan_context import PlanContext
 from ._plan_memory import assign_offsets, live_ranges
+from ._plan_placement import _SHAPE_ERRORS, _cannot_take, place_layers, share_storage
+from ._plan_request import PlanRequest
 from ._plan_source import PlanSource
 
 Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What a plan is made for, and the key its pool keeps it under: one item's shape of each
-    blob the host writes, the blobs the host reads back, and how many items run at once."""
-
-    inputs: tuple[tuple[int, Shape], ...]
-    targets: tuple[int, ...]
-    batch: int = 1
-
-    @classmethod
-    def of(cls, shapes: Mapping[int, Shape], targets: Iterable[int], batch: int = 1) -> PlanRequest:
-        """The request for ``shapes`` (blob -> one item's shape) and ``targets``."""
-        inputs = tuple(sorted((b, tuple(map(int, s))) for b, s in shapes.items()))
-        return cls(inputs, tuple(sorted(set(targets))), batch)
-
-    @property
-    def input_shapes(self) -> dict[int, Shape]:
-        return dict(self.inputs)
 
 
 @dataclass
@@ -155,10 +137,12 @@ class Plan:
 
     def _build(self) -> None:
         nodes = needed_nodes(self.graph, set(self.input_shapes), self.targets)
-        on_gpu = self._place(nodes)
+        bound = self.gpu_model.bound
+        self.shapes, on_gpu = place_layers(nodes, self.input_shapes, bound)
         run = [n for n in nodes if n.index in on_gpu]
         self.steps = _group_steps(run, on_gpu)
-        device_blobs = self._share_storage(run, on_gpu)
+        #: each aliasing top (Split, Noop) -> the blob whose storage it shares
+        self.root, device_blobs = share_storage(run, on_gpu, bound)
         self._plan_transfers(run, on_gpu)
         position = {node.index: p for p, node in enumerate(run)}
         spans = [
@@ -188,48 +172,6 @@ class Plan:
         for step in self.steps:
             if isinstance(step, _Segment):
                 step.recorder = self._record(step, host_visible)
-
-    def _place(self, nodes: list[GraphNode]) -> dict[int, bool]:
-        """Infer every blob's shape (``self.shapes``); for each layer that runs, whether on
-        the GPU (an Input already fed does not run)."""
-        bound = self.gpu_model.bound
-        shapes: dict[int, Shape] = dict(self.input_shapes)
-        on_gpu: dict[int, bool] = {}
-        for node in nodes:
-            if node.layer.type_name == "Input" and all(t in shapes for t in node.tops):
-                continue
-            in_shapes = [shapes[b] for b in node.bottoms]
-            try:
-                out_shapes = node.layer.checked_output_shapes(in_shapes)
-            except _SHAPE_ERRORS as exc:
-                raise _cannot_take(node, in_shapes, exc) from exc
-            for t, s in zip(node.tops, out_shapes, strict=True):
-                shapes[t] = tuple(map(int, s))
-            gpu = bound.get(node.index)
-            on_gpu[node.index] = gpu is not None and gpu.gpu_layer.supports(in_shapes)
-        self.shapes = shapes
-        return on_gpu
-
-    def _share_storage(self, run: list[GraphNode], on_gpu: dict[int, bool]) -> set[int]:
-        """The blobs that live on the device; ``self.root`` maps each aliasing top (Split,
-        Noop) to the blob whose storage it shares."""
-        root: dict[int, int] = {}
-        device_blobs: set[int] = set()
-        for node in run:
-            if not on_gpu[node.index]:
-                continue
-            alias = self.gpu_model.bound[node.index].gpu_layer.alias
-            for b in node.bottoms:
-                device_blobs.add(root.get(b, b))
-            for i, t in enumerate(node.tops):
-                if alias:  # Split: every top is bottom 0; Noop: top i is bottom i
-                    b = node.bottoms[min(i, len(node.bottoms) - 1)]
-                    root[t] = root.get(b, b)
-                else:
-                    root[t] = t
-                device_blobs.add(root[t])
-        self.root = root
-        return device_blobs
 
     def _plan_transfers(self, run: list[GraphNode], on_gpu: dict[int, bool]) -> None:
         """What each segment needs written by the host before it and read back after it."""
@@ -404,15 +346,6 @@ class Plan:
             "baked_dispatches": self.baked_dispatches,
             "batch": self.batch,
         }
-
-
-#: What a layer's shape rule or numpy forward raises for inputs it cannot take.
-_SHAPE_ERRORS = (ValueError, IndexError, KeyError, ArithmeticError)
-
-
-def _cannot_take(node: GraphNode, in_shapes: list[Shape], exc: Exception) -> InputError:
-    layer = f"layer {node.layer.name!r} ({node.layer.type_name})"
-    return InputError(f"{layer} cannot take inputs {in_shapes}: {exc}")
 
 
 def _run_items(step: _CpuStep, hosts: list[dict[int, np.ndarray]]) -> None:
