@@ -89,7 +89,7 @@ async def test_one_timing_per_dispatch_named_by_the_plans_layers(device: VulkanD
                     (n.layer.name, n.layer.type_name)
                     for s in segments
                     for n in s.nodes
-                    if not net.gpu_model.bound[n.index].gpu_layer.alias  # type: ignore[union-attr]
+                    if not net.gpu_model.bound[n.index].alias  # type: ignore[union-attr]
                 ]
                 timed_layers = [(d.layer, d.layer_type) for d in profile.dispatches]
                 assert list(dict.fromkeys(timed_layers)) == gpu_layers

@@ -31,7 +31,6 @@ from ..gpu._device import VulkanDevice
 from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._gpu_api import GpuTarget
-from ..layers._gpu_layer import GpuLayer, bind_gpu
 from ._bound_node import BoundNode
 from ._graph import Graph
 from ._option import Option
@@ -167,12 +166,13 @@ class GpuModel:
         wanted: list[_Wanted] = [
             (bound, key, dataclasses.replace(spec, options=options))
             for bound in model.bound.values()
-            for key, spec in bound.gpu_layer.pipeline_specs().items()
+            for key, spec in bound.specs.items()
         ]
         baked: list[_Wanted] = []
         if opt.use_shape_hints:
-            layers = {i: b.gpu_layer for i, b in model.bound.items()}
-            requests = shape_baked_specs(graph, layers, info, cache.registry.shape_variant, options)
+            requests = shape_baked_specs(
+                graph, model.bound, info, cache.registry.shape_variant, options
+            )
             baked = [(model.bound[i], key, spec) for i, key, spec in requests]
         if prefetch is not None:
             await prefetch([spec for _, _, spec in wanted + baked])
@@ -181,7 +181,7 @@ class GpuModel:
         now: list[_Wanted] = list(baked)
         later: list[_Wanted] = []
         for w in wanted:
-            (later if w[1] in w[0].gpu_layer.background_pipelines() else now).append(w)
+            (later if w[1] in w[0].background else now).append(w)
         started = cache.request_many(spec for _, _, spec in now)
         try:
             await model._build([(b, key, started[spec]) for b, key, spec in now], progress)
@@ -201,14 +201,12 @@ class GpuModel:
         for node in self.graph.nodes:
             if node.layer.featmask & _FEATMASK_NO_VULKAN:
                 continue
+            if not type(node.layer).gpu:
+                continue
             try:
-                gpu_layer = bind_gpu(node.layer, self.target)
-                if gpu_layer is not None:
-                    gpu_layer.pipeline_specs()
+                self.bound[node.index] = BoundNode(node, self.target)
             except Exception as exc:  # a GPU layer reads the params too: same rule
                 raise self.graph.layer_error(node, exc) from exc
-            if gpu_layer is not None:
-                self.bound[node.index] = BoundNode(node, gpu_layer)
 
     async def _build(
         self,
@@ -261,7 +259,7 @@ class GpuModel:
         started = cache.request_many(spec for _, _, spec in wanted)
         # while they compile: the weights only they read (Winograd's), before any is handed over
         nodes = {bound.node.index: bound for bound, _, _ in wanted}.values()
-        await run_sync(self._upload, nodes, GpuLayer.background_weights)
+        await run_sync(self._upload, nodes, BoundNode.background_weights)
         built: list[tuple[BoundNode, str | tuple[str, bytes], PipelineArtifact]] = []
         for bound, key, spec in wanted:
             fut = started[spec]
@@ -324,10 +322,10 @@ class GpuModel:
             await asyncio.wait([self.background])
 
     def _upload_weights(self) -> None:
-        self._upload(self.bound.values(), GpuLayer.weights)
+        self._upload(self.bound.values(), BoundNode.gpu_weights)
 
     def _upload(
-        self, bounds: Iterable[BoundNode], arrays: Callable[[GpuLayer], dict[str, np.ndarray]]
+        self, bounds: Iterable[BoundNode], arrays: Callable[[BoundNode], dict[str, np.ndarray]]
     ) -> None:
         """Each node's ``arrays`` (its weights, or its background weights, made and uploaded
         before its background pipelines are handed over: a plan that records them reads
@@ -337,7 +335,7 @@ class GpuModel:
             if self._released:  # released while the builds went on: nothing to hand over
                 return
             try:
-                weights = arrays(bound.gpu_layer)
+                weights = arrays(bound)
             except Exception as exc:
                 raise self.graph.layer_error(bound.node, exc) from exc
             for name, array in weights.items():

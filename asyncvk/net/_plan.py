@@ -233,12 +233,14 @@ class Plan:
                 rec.barrier()
         for node in segment.nodes:
             gpu = self.gpu_model.bound[node.index]
-            if gpu.gpu_layer.alias:
+            if gpu.alias:
                 continue
             for item in range(self.batch):  # one layer for every item, then the next layer
                 inputs = [self._blob(item, b) for b in node.bottoms]
                 outputs = [self._blob(item, t) for t in node.tops]
-                gpu.gpu_layer.record(self._context(gpu, rec), inputs, outputs)
+                ctx = self._context(gpu, rec)
+                gpu.record(ctx, inputs, outputs)
+                self.baked_dispatches += ctx.baked_dispatches
                 if not self.barriers_on_hazards:
                     rec.barrier()
         # mapped but uncached (a discrete GPU's BAR): copy the results into cached memory

@@ -21,14 +21,12 @@ if TYPE_CHECKING:
 
 
 class RecordingPlan(Protocol):
-    """The Plan a context records for: its device, the buffers it owns, its storage type and
-    its count of shape-baked dispatches."""
+    """The Plan a context records for: its device, the buffers it owns and its storage type."""
 
     device: VulkanDevice
     info: GpuInfo
     owned: list[Buffer]
     dtype: np.dtype[Any]
-    baked_dispatches: int
 
 
 class PlanContext:
@@ -39,6 +37,8 @@ class PlanContext:
         self._plan = plan
         self._node = node
         self._rec = recorder
+        #: dispatches recorded through a shape-baked pipeline (the plan adds them up)
+        self.baked_dispatches = 0
 
     def dispatch(
         self,
@@ -51,7 +51,7 @@ class PlanContext:
         baked = self._node.baked.get((pipeline, bytes(push))) if self._node.baked else None
         if baked is not None:  # these exact push constants are the pipeline's constants
             self._dispatch_into(pipeline, baked, bufs, b"", groups)
-            self._plan.baked_dispatches += 1
+            self.baked_dispatches += 1
             return
         self._dispatch_into(pipeline, self._node.pipelines[pipeline], bufs, push, groups)
 
@@ -73,7 +73,7 @@ class PlanContext:
         return key in self._node.pipelines
 
     def spec(self, key: str) -> PipelineSpec:
-        return self._node.gpu_layer.pipeline_specs()[key]
+        return self._node.specs[key]
 
     def scratch(self, nbytes: int) -> Buffer:
         buf = self._plan.device.allocate(max(nbytes, 4))

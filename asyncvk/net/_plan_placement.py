@@ -40,7 +40,7 @@ def place_layers(
         for t, s in zip(node.tops, out_shapes, strict=True):
             shapes[t] = tuple(map(int, s))
         gpu = bound.get(node.index)
-        on_gpu[node.index] = gpu is not None and gpu.gpu_layer.supports(in_shapes)
+        on_gpu[node.index] = gpu is not None and gpu.supports(in_shapes)
     return shapes, on_gpu
 
 
@@ -54,7 +54,7 @@ def share_storage(
     for node in run:
         if not on_gpu[node.index]:
             continue
-        alias = bound[node.index].gpu_layer.alias
+        alias = bound[node.index].alias
         for b in node.bottoms:
             device_blobs.add(root.get(b, b))
         for i, t in enumerate(node.tops):

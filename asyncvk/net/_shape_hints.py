@@ -22,10 +22,10 @@ import numpy as np
 from ..cache._spec import PipelineSpec
 from ..gpu._info import GpuInfo
 from ..layers._gpu_api import GpuBlob
-from ..layers._gpu_layer import GpuLayer
 from ..layers._paramdict import ParamValue
 from ..layers._registry import layer_class
 from ..shader._options import ShaderOptions
+from ._bound_node import BoundNode
 from ._graph import Graph
 from ._param_parser import SHAPE_HINTS_ID, ParamFile, parse_param_text
 
@@ -200,7 +200,7 @@ class _CaptureContext:
 
 
 def capture_dispatches(
-    layer: GpuLayer, info: GpuInfo, inputs: Sequence[Shape], outputs: Sequence[Shape]
+    layer: BoundNode, info: GpuInfo, inputs: Sequence[Shape], outputs: Sequence[Shape]
 ) -> list[tuple[str, bytes]]:
     """What ``layer`` dispatches for these shapes, or [] when it cannot be captured."""
     if layer.alias:
@@ -208,7 +208,7 @@ def capture_dispatches(
     try:
         if not layer.supports(list(inputs)):
             return []
-        ctx = _CaptureContext(info, layer.pipeline_specs(), layer.background_pipelines())
+        ctx = _CaptureContext(info, layer.specs, layer.background)
         blobs_in = [GpuBlob(_Placeholder(), tuple(s)) for s in inputs]  # type: ignore[arg-type]
         blobs_out = [GpuBlob(_Placeholder(), tuple(s)) for s in outputs]  # type: ignore[arg-type]
         layer.record(ctx, blobs_in, blobs_out)
@@ -243,22 +243,22 @@ def hinted_shapes(graph: Graph) -> dict[int, Shape]:
 
 def shape_baked_specs(
     graph: Graph,
-    gpu_layers: Mapping[int, GpuLayer],
+    gpu_layers: Mapping[int, BoundNode],
     info: GpuInfo,
     shape_variant: Callable[[str], str | None],
     options: ShaderOptions,
 ) -> list[BakedRequest]:
     """A ``@shapes`` pipeline spec for each dispatch a hinted GPU layer would record.
 
-    ``gpu_layers`` maps node index to its GPU layer; ``shape_variant`` names a shader's
-    shape-baked variant (None when it has none)."""
+    ``gpu_layers`` maps node index to its layer bound to the device; ``shape_variant`` names a
+    shader's shape-baked variant (None when it has none)."""
     shapes = hinted_shapes(graph)
     requests: list[BakedRequest] = []
     for node in graph.nodes:
         layer = gpu_layers.get(node.index)
         if layer is None or not all(b in shapes for b in node.bottoms + node.tops):
             continue
-        specs = layer.pipeline_specs()
+        specs = layer.specs
         dispatches = capture_dispatches(
             layer, info, [shapes[b] for b in node.bottoms], [shapes[t] for t in node.tops]
         )
