@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 from .._threads import run_sync
 from ..cache._persist import SaveResult
 from ..cache._pipeline_cache import PipelineCache
+from ._model_source import ModelSource
 
 if TYPE_CHECKING:
     from ..cache._directory import CacheDirectory
 
 #: A model file as ``load_param``/``load_model`` keep it: a path, or its bytes.
-ModelSource = str | bytes
 
 
 class ModelCacheFolder:

@@ -26,12 +26,11 @@ import numpy as np
 from .._threads import outlive, run_sync
 from ..cache._pipeline_cache import PipelineCache, await_shared
 from ..cache._spec import PipelineSpec
-from ..gpu._command import CommandRecorder
 from ..gpu._device import VulkanDevice
-from ..gpu._memory import Buffer
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._gpu_api import GpuTarget
 from ._bound_node import BoundNode
+from ._compile_at_dispatch import compile_at_dispatch
 from ._graph import Graph
 from ._option import Option
 from ._plan import Plan, PlanRequest
@@ -275,36 +274,10 @@ class GpuModel:
             bound.attach(key, artifact)
             self.pipelines_version += 1
         if built:
-            await self._compile_at_dispatch({id(a): a for _, _, a in built}.values())
+            await compile_at_dispatch(self.device, {id(a): a for _, _, a in built}.values())
             for bound, key, artifact in built:
                 bound.attach(key, artifact)
             self.pipelines_version += 1
-
-    async def _compile_at_dispatch(self, artifacts: Iterable[PipelineArtifact]) -> None:
-        """One empty dispatch of each pipeline (zero push constants: every shader's sizes are
-        then 0), which is where llvmpipe compiles it. Shielded: a release meanwhile cancels
-        the wait, not the commands, which free their buffers once the device is done."""
-        scratch = self.device.allocate(256)
-        recorder = CommandRecorder(self.device, one_time=True)
-        try:
-            for i, artifact in enumerate(artifacts):
-                if i:  # they touch nothing at size 0, but all bind one buffer
-                    recorder.barrier()
-                bindings = [scratch] * artifact.binding_count
-                recorder.dispatch(artifact, bindings, bytes(artifact.push_constant_size), (1, 1, 1))
-            recorder.finish()
-        except BaseException:
-            recorder.release()
-            scratch.release()
-            raise
-        await asyncio.shield(asyncio.ensure_future(self._run_then_free(recorder, scratch)))
-
-    async def _run_then_free(self, recorder: CommandRecorder, scratch: Buffer) -> None:
-        try:
-            await self.device.run(recorder)
-        finally:
-            recorder.release()
-            scratch.release()
 
     def build_background_now(self) -> None:
         """Someone waits for the background pipelines: on CPU devices they need not wait for

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from ..cache._autosave import AutoSaver
 from ..cache._persist import SaveResult
 from ..cache._pipeline_cache import PipelineCache
-from ._cache_folder import ModelCacheFolder, ModelSource
+from ._cache_folder import ModelCacheFolder
 from ._gpu_model import GpuModel, Prefetch
+from ._model_source import ModelSource
 from ._option import Option
 
 if TYPE_CHECKING:  # imported only with a remote cache: start-up without one is unchanged

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import operator
 import os
-from pathlib import Path
 from typing import IO, NoReturn
 
 import numpy as np
 
 from .._errors import ModelFormatError
+from ._model_source import read_model_file
 from ._weights_prefetch import take_early_read
 
 TAG_FP16 = 0x01306B47
@@ -75,30 +75,13 @@ class ModelBinReader:
         if isinstance(source, (bytes, bytearray, memoryview)):
             return cls(source)
         if isinstance(source, (str, os.PathLike)):
-            name = os.fsdecode(source)
             early = take_early_read(source)
             if early is not None:
-                reader = cls(early, name)
+                reader = cls(early, os.fsdecode(source))
                 reader.read_early = True
                 return reader
-            try:
-                return cls(Path(source).read_bytes(), name)
-            except OSError:
-                raise  # FileNotFoundError, PermissionError, ...: an OSError naming the path
-            except ValueError as exc:
-                reason = getattr(exc, "strerror", None) or exc
-                raise ModelFormatError(f"cannot read: {reason}", file=name[:200]) from exc
-        file_name = getattr(source, "name", None)
-        name = file_name if isinstance(file_name, str) else "<bytes>"
-        try:
-            raw = source.read()
-        except (OSError, ValueError) as exc:
-            raise ModelFormatError(f"cannot read: {exc}", file=name) from exc
-        if not isinstance(raw, (bytes, bytearray)):
-            raise ModelFormatError(
-                f"read() returned {type(raw).__name__}, not bytes (open the .bin in 'rb' mode)",
-                file=name,
-            )
+        name, raw = read_model_file(source, ".bin")
+        assert isinstance(raw, bytes)
         return cls(raw, name)
 
     @property

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
@@ -19,49 +18,21 @@ from numpy.typing import ArrayLike
 from .._errors import ModelFormatError
 from .._threads import run_sync
 from ..cache._pipeline_cache import PipelineCache
-from ..cache._safe_fs import expand_path
 from ..gpu._device import VulkanDevice, get_gpu_device
 from ..gpu._instance import get_gpu_count
 from ..layers._registry import layer_types
-from ._cache_folder import ModelSource
+from ._cpu_fallback import warn_cpu_fallback
 from ._extractor import Extractor as Extractor
 from ._gpu_model import GpuModel, Progress
 from ._graph import Graph, GraphNode, build_graph, load_weights
+from ._load_statistics import LoadStatistics as LoadStatistics
+from ._load_statistics import load_statistics
 from ._model_cache import ModelCache
+from ._model_source import ModelSource, model_source
 from ._modelbin import ModelBinReader
 from ._option import Option
 from ._param_parser import parse_param
 from ._plan import Plan, PlanRequest
-
-
-@dataclass(frozen=True)
-class LoadStatistics:
-    load_param_s: float = 0.0
-    load_model_s: float = 0.0
-    read_weights_s: float = 0.0
-    pipelines_s: float = 0.0
-    upload_s: float = 0.0
-    pipelines_requested: int = 0
-    shape_baked_pipelines: int = 0
-    gpu_layers: int = 0
-    cpu_layers: int = 0
-    #: The weights came from a read started before the load (the CLI's, at its first lines).
-    weights_read_early: bool = False
-
-
-async def _read_source(source: str | os.PathLike[str] | bytes | IO[Any]) -> ModelSource:
-    """A path (``~`` expanded, as a shell would) or bytes; a file object is read on a worker
-    thread, never on the event loop's (its file may be on a slow disk or a network)."""
-    if isinstance(source, (str, os.PathLike)):
-        return expand_path(source)
-    if isinstance(source, bytes):
-        return source
-
-    def read() -> bytes:
-        data = source.read()
-        return data.encode() if isinstance(data, str) else bytes(data)
-
-    return await run_sync(read)
 
 
 class Net:
@@ -126,7 +97,7 @@ class Net:
         start = time.perf_counter()
         if self.opt.prepare_compiler:
             self.prepare_compiler()
-        param_source = await _read_source(source)
+        param_source = await model_source(source, ".param")
         param = await run_sync(lambda: parse_param(param_source, known_types=layer_types()))
         graph = build_graph(param)
         await self._retire_model()
@@ -163,22 +134,29 @@ class Net:
         await self._retire_model()
         await self.model_cache.before_load()
         start = time.perf_counter()
-        model_source = await _read_source(source)
-        reader = await run_sync(ModelBinReader.open, model_source)
+        bin_source = await model_source(source, ".bin")
+        reader = await run_sync(ModelBinReader.open, bin_source)
         self.graph = graph = await run_sync(load_weights, self.graph, reader)
         read_s = time.perf_counter() - start
         # opening the device (100-200 ms on a discrete GPU's driver) must not block the loop
         await run_sync(self._setup_device)
         if self.cache is not None and self.use_vulkan:
             cache, model_cache = self.cache, self.model_cache
-            await model_cache.open_folder(cache, self._param_source, model_source)
+            await model_cache.open_folder(cache, self._param_source, bin_source)
             self.gpu_model = await GpuModel.load(
                 graph, cache, self.opt, progress=progress, prefetch=model_cache.prefetch(cache)
             )
             model_cache.after_load(cache, self.gpu_model)
         elif progress:
             progress(len(graph.nodes), len(graph.nodes))
-        self.load_stats = self._statistics(time.perf_counter() - start, read_s, reader.read_early)
+        self.load_stats = load_statistics(
+            self.load_stats.load_param_s,
+            time.perf_counter() - start,
+            read_s,
+            reader.read_early,
+            len(graph.nodes),
+            self.gpu_model,
+        )
         self.loaded = True
 
     async def background_builds(self) -> None:
@@ -189,30 +167,12 @@ class Net:
         if self.gpu_model is not None:
             await self.gpu_model.settled()
 
-    def _statistics(self, load_model_s: float, read_s: float, read_early: bool) -> LoadStatistics:
-        total = len(self.graph.nodes) if self.graph is not None else 0
-        gpu = self.gpu_model
-        times = gpu.load_times if gpu is not None else None
-        gpu_layers = len(gpu.bound) if gpu is not None else 0
-        return LoadStatistics(
-            load_param_s=self.load_stats.load_param_s,
-            load_model_s=load_model_s,
-            read_weights_s=read_s,
-            pipelines_s=times.pipelines_s if times else 0.0,
-            upload_s=times.upload_s if times else 0.0,
-            pipelines_requested=times.pipelines_requested if times else 0,
-            shape_baked_pipelines=times.shape_baked_pipelines if times else 0,
-            gpu_layers=gpu_layers,
-            cpu_layers=total - gpu_layers,
-            weights_read_early=read_early,
-        )
-
     def _setup_device(self) -> None:
         use = self.opt.use_vulkan_compute
         if use is None:
             use = get_gpu_count() > 0
             if not use:
-                _warn_cpu_fallback()
+                warn_cpu_fallback()
         self.use_vulkan = bool(use)
         if not self.use_vulkan:
             return
@@ -427,20 +387,3 @@ class Net:
     def _plans(self) -> dict[PlanRequest, list[Plan]]:
         """The current model's plans by request, for tests and benchmarks."""
         return self.gpu_model.plans.plans if self.gpu_model else {}
-
-
-def _warn_cpu_fallback() -> None:
-    """Once a process: a Net left to choose runs on the CPU when there is no Vulkan device."""
-    if _cpu_fallback_warned:
-        return
-    _cpu_fallback_warned.append(True)
-    import logging
-
-    from ..gpu._instance import NO_DRIVER_FIX
-
-    logging.getLogger("asyncvk").warning(
-        "no Vulkan device: running on the CPU (numpy), much slower; %s", NO_DRIVER_FIX
-    )
-
-
-_cpu_fallback_warned: list[bool] = []

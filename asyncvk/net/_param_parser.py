@@ -24,11 +24,11 @@ import logging
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 from .._errors import ModelFormatError
 from ..layers._paramdict import ParamDict
+from ._model_source import read_model_file
 from ._param_values import FEATMASK_ID as FEATMASK_ID
 from ._param_values import MAX_STRING, TOKEN, WS, Where, parse_int, parse_params
 from ._param_values import SHAPE_HINTS_ID as SHAPE_HINTS_ID
@@ -84,7 +84,7 @@ def parse_param(
     ``known_types``, when given, rejects layer types outside it, so a model that cannot run is
     refused at parse time, naming every such type with its lines.
     """
-    name, raw = _read_source(source)
+    name, raw = read_model_file(source, ".param", text=True)
     text = raw if isinstance(raw, str) else _decode(raw, name)
     return parse_param_text(text, name, known_types=known_types)
 
@@ -197,35 +197,6 @@ def _check_blob_count(graph: _Graph, blob_count: int, counts_line: int) -> None:
 
 
 # -- reading the source ------------------------------------------------------------------------
-
-
-def _read_source(source: object) -> tuple[str, bytes | str]:
-    """Return (name for errors, content). A path that cannot be read raises the OSError that
-    names it (``FileNotFoundError`` for a missing file); anything else is a ModelFormatError."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return "<bytes>", bytes(source)
-    if isinstance(source, (str, os.PathLike)):
-        name = os.fsdecode(source)
-        try:
-            return name, Path(source).read_bytes()
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, OSError) and "\n" not in name:
-                raise  # FileNotFoundError, PermissionError, ...: an OSError naming the path
-            hint = " (pass bytes, not str, for file content)" if "\n" in name else ""
-            reason = getattr(exc, "strerror", None) or exc
-            raise ModelFormatError(f"cannot read: {reason}{hint}", file=name[:200]) from exc
-    read = getattr(source, "read", None)
-    if read is None:
-        raise ModelFormatError(f"cannot read a .param from {type(source).__name__}")
-    file_name = getattr(source, "name", None)
-    name = file_name if isinstance(file_name, str) else "<bytes>"
-    try:
-        raw = read()
-    except (OSError, ValueError) as exc:
-        raise ModelFormatError(f"cannot read: {exc}", file=name) from exc
-    if not isinstance(raw, (bytes, str)):
-        raise ModelFormatError(f"read() returned {type(raw).__name__}, not bytes", file=name)
-    return name, raw
 
 
 def _decode(raw: bytes, name: str) -> str:
