@@ -207,3 +207,16 @@ def test_every_known_cycle_is_still_there() -> None:
     """A cycle untangled leaves KNOWN_CYCLES, so it cannot come back unseen."""
     stale = [sorted(c) for c in KNOWN_CYCLES if c not in module_cycles()]
     assert not stale, f"remove these from KNOWN_CYCLES, they are gone: {stale}"
+
+
+#: a module a reader can hold in mind: past this, it holds more than one concept
+MOST_LINES = 400
+
+
+def test_no_module_is_longer_than_a_reader_holds() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MOST_LINES
+    }
+    assert not long, f"modules over {MOST_LINES} lines (split them by concept): {long}"

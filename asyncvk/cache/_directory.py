@@ -85,14 +85,52 @@ class Lookup:
     data: bytes | None = field(default=None, repr=False)
 
 
-class CacheDirectory(FolderFiles):
-    """One cache folder. No method raises for a broken, hostile or read-only folder.
+class CacheDirectory:
+    """One cache folder: models' cache files by graph key, device and fingerprint, with an
+    index a key. No method raises for a broken, hostile or read-only folder.
 
     Arguments:
         path: the folder (``~`` expanded); created with mode 0700 when absent.
         max_bytes: size cap over every key's files; the least recently used go first.
         read_only: never create, write or remove anything; lookups still serve.
     """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        read_only: bool = False,
+    ) -> None:
+        #: the folder's files, index files and locks
+        self.files = FolderFiles(path, max_bytes=max_bytes, read_only=read_only)
+
+    @property
+    def path(self) -> Path:
+        return self.files.path
+
+    @property
+    def max_bytes(self) -> int:
+        return self.files.max_bytes
+
+    @property
+    def read_only(self) -> bool:
+        return self.files.read_only
+
+    @property
+    def usable(self) -> bool:
+        """Whether lookups can be served (False once the folder proved unusable)."""
+        return self.files.usable
+
+    @property
+    def writable(self) -> bool:
+        """Whether saves can be written (False for a read-only or unwritable folder)."""
+        return self.files.writable
+
+    @property
+    def problems(self) -> list[str]:
+        """Bad indexes seen, for ``asyncvk cache ls`` and logs."""
+        return self.files.problems
 
     # -- public --------------------------------------------------------------------------------
 
@@ -102,11 +140,11 @@ class CacheDirectory(FolderFiles):
         ``fingerprint``: the model's, or a function giving it, called only when a file of this
         device records one to compare (hashing the weights is not free; an empty folder, as a
         machine warm from a remote cache has, needs none)."""
-        if not self._ensure():
+        if not self.files.ensure():
             return Lookup(None, "cache folder not usable")
         stem = key_stem(graph_key)
         try:
-            with self._lock(stem, for_write=False):
+            with self.files.lock(stem, for_write=False):
                 return self._lookup_locked(graph_key, identity, fingerprint)
         except OSError as exc:
             return Lookup(None, f"cache folder not usable: {exc.strerror or exc}")
@@ -114,10 +152,10 @@ class CacheDirectory(FolderFiles):
     def _lookup_locked(
         self, graph_key: str, identity: DeviceIdentity, fingerprint: Fingerprint
     ) -> Lookup:
-        entries, ours = self._read_index(graph_key)
+        entries, ours = self.files.read_index(graph_key)
         write = self.writable and ours
         if write:
-            entries = self._sweep(graph_key, entries)
+            entries = self.files.sweep(graph_key, entries)
         mine = [e for e in entries if identity.same_device(e.device)]
         if not mine:
             return Lookup(None, "no cache for this device and driver yet")
@@ -126,10 +164,10 @@ class CacheDirectory(FolderFiles):
             if not write:
                 return Lookup(None, "the model changed since the cache was written")
             entries.remove(entry)
-            self._write_index(graph_key, entries, ours)
-            self._remove(entry.file)
+            self.files.write_index(graph_key, entries, ours)
+            self.files.remove(entry.file)
             return Lookup(None, "the model changed since the cache was written", stale_removed=1)
-        data = self._read_cache_file(entry.file)
+        data = self.files.read_cache_file(entry.file)
         if data is None:
             return Lookup(
                 None, f"{entry.file} cannot be read (not a regular file, or over the size limit)"
@@ -137,9 +175,9 @@ class CacheDirectory(FolderFiles):
         if write:
             entry.last_used = time.time()
             try:
-                self._write_index(graph_key, entries, ours)
+                self.files.write_index(graph_key, entries, ours)
             except OSError as exc:
-                self._no_saves(exc.strerror or str(exc))
+                self.files.no_saves(exc.strerror or str(exc))
         return Lookup(self.path / entry.file, "found", data=data)
 
     def store(
@@ -157,7 +195,7 @@ class CacheDirectory(FolderFiles):
         current file for this model (None when there is none): either way the result is merged
         with what another process saved meanwhile, so concurrent savers lose nothing.
         """
-        if not self._ensure() or not self.writable:
+        if not self.files.ensure() or not self.writable:
             return None
         try:  # the model's files are read now: one moved or deleted since the load is no save
             fingerprint = _value(fingerprint)
@@ -168,15 +206,15 @@ class CacheDirectory(FolderFiles):
         name = f"{stem}_{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}_{random_token()}.vkcache"
         written = False
         try:
-            with self._lock(stem, for_write=True):
-                entries, ours = self._read_index(graph_key)
+            with self.files.lock(stem, for_write=True):
+                entries, ours = self.files.read_index(graph_key)
                 if not ours:  # refused before the new file exists: nothing to clean up
                     raise UnsafePathError(errno.EEXIST, self.problems[-1])
-                entries = self._sweep(graph_key, entries)
+                entries = self.files.sweep(graph_key, entries)
                 device = device_entry(identity)
                 old = [e for e in entries if identity.same_device(e.device)]
                 same = next((e for e in old if e.model_fingerprint in (None, fingerprint)), None)
-                current = self._read_cache_file(same.file) if same is not None else None
+                current = self.files.read_cache_file(same.file) if same is not None else None
                 content = _merged(data, current, identity)
                 if same is not None and content == current:
                     return self.path / same.file  # nothing new: no file written, none removed
@@ -190,14 +228,14 @@ class CacheDirectory(FolderFiles):
                     )
                 )
                 evicted = self._evict(entries, keep=name)
-                self._write_index(graph_key, entries, ours)  # the new file is now the entry
+                self.files.write_index(graph_key, entries, ours)  # the new file is now the entry
                 for stale in old + evicted:  # and only then are the old ones removed
-                    self._remove(stale.file)
+                    self.files.remove(stale.file)
                 return self.path / name
         except OSError as exc:
             if written:
-                self._remove(name)
-            self._no_saves(exc.strerror or str(exc))
+                self.files.remove(name)
+            self.files.no_saves(exc.strerror or str(exc))
             return None
 
     def _write_new(self, name: str, content: bytes) -> None:
@@ -240,8 +278,8 @@ class CacheDirectory(FolderFiles):
         return keys
 
     def entries(self, graph_key: str) -> list[IndexEntry]:
-        with self._lock(key_stem(graph_key), for_write=False):
-            return self._read_index(graph_key)[0]
+        with self.files.lock(key_stem(graph_key), for_write=False):
+            return self.files.read_index(graph_key)[0]
 
     def prune(self) -> dict[str, Any]:
         """Remove orphaned and outdated files and apply the size cap over every key.
@@ -256,25 +294,25 @@ class CacheDirectory(FolderFiles):
         for graph_key in self.keys():
             stem = key_stem(graph_key)
             ours.update({f"{stem}.idx", f"{stem}.lock"})
-            with self._lock(stem, for_write=True):
-                before = {p.name for p in self._files(graph_key)}
-                entries, index_ours = self._read_index(graph_key)
+            with self.files.lock(stem, for_write=True):
+                before = {p.name for p in self.files.files_of(graph_key)}
+                entries, index_ours = self.files.read_index(graph_key)
                 if not index_ours:
                     report.problems.extend(self.problems[-1:])
                     ours.update(before)
                     continue
-                entries = self._sweep(graph_key, entries)
+                entries = self.files.sweep(graph_key, entries)
                 outdated = [e for e in entries if e.asyncvk_version not in ("", __version__)]
                 entries = [e for e in entries if e not in outdated]
                 evicted = self._evict(entries)
-                self._write_index(graph_key, entries, index_ours)
+                self.files.write_index(graph_key, entries, index_ours)
                 for gone in outdated + evicted:
-                    self._remove(gone.file)
-                after = {p.name for p in self._files(graph_key)}
+                    self.files.remove(gone.file)
+                after = {p.name for p in self.files.files_of(graph_key)}
                 report.removed.extend(sorted(before - after))
                 ours.update(after)
         report.problems.extend(p for p in self.problems if p not in report.problems)
-        self._prune_temps(ours, report)
+        self.files.prune_temps(ours, report)
         return {
             "removed_files": len(report.removed),
             "removed": report.removed,

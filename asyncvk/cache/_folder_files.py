@@ -126,12 +126,12 @@ class FolderFiles:
         self.usable = self.writable = False
         self._warn("not usable; running uncached", why)
 
-    def _no_saves(self, why: str) -> None:
+    def no_saves(self, why: str) -> None:
         if self.writable:
             self.writable = False
             self._warn("can be read but not written; not saving to it", why)
 
-    def _ensure(self) -> bool:
+    def ensure(self) -> bool:
         """Whether lookups can be served; finds out once whether saves can be written."""
         if not self.usable:
             return False
@@ -158,7 +158,7 @@ class FolderFiles:
             os.close(create_exclusive(probe, 0o600))
             os.unlink(probe)
         except OSError as exc:
-            self._no_saves(exc.strerror or str(exc))
+            self.no_saves(exc.strerror or str(exc))
         return True
 
     def _disable_missing(self) -> bool:
@@ -166,7 +166,7 @@ class FolderFiles:
         return False
 
     @contextlib.contextmanager
-    def _lock(self, stem: str, *, for_write: bool) -> Iterator[None]:
+    def lock(self, stem: str, *, for_write: bool) -> Iterator[None]:
         """The key's lock; a reader in a folder it cannot write goes on without one."""
         if self.read_only and not for_write:
             yield  # creates nothing: readers of an atomically replaced index need no lock
@@ -185,7 +185,7 @@ class FolderFiles:
     def index_path(self, graph_key: str) -> Path:
         return self.path / f"{key_stem(graph_key)}.idx"
 
-    def _files(self, graph_key: str) -> list[Path]:
+    def files_of(self, graph_key: str) -> list[Path]:
         stem = key_stem(graph_key)
         pattern = _cache_file_pattern(stem)
         try:
@@ -194,7 +194,7 @@ class FolderFiles:
             return []
         return sorted(self.path / n for n in names if pattern.fullmatch(n))
 
-    def _read_index(self, graph_key: str) -> tuple[list[IndexEntry], bool]:
+    def read_index(self, graph_key: str) -> tuple[list[IndexEntry], bool]:
         """The index entries (rebuilt from the files when the index is bad), and whether the
         index file is asyncvk's to replace."""
         path = self.index_path(graph_key)
@@ -203,7 +203,7 @@ class FolderFiles:
             data = read_index_file(path)
             return parse_index(data, graph_key, pattern), True
         except FileNotFoundError:
-            return (self._rebuild(graph_key) if self._files(graph_key) else []), True
+            return (self._rebuild(graph_key) if self.files_of(graph_key) else []), True
         except (OSError, InvalidIndex) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             ours = isinstance(exc, InvalidIndex) and self._index_is_ours(path)
@@ -223,13 +223,13 @@ class FolderFiles:
             return False
         return True
 
-    def _read_cache_file(self, name: str) -> bytes | None:
+    def read_cache_file(self, name: str) -> bytes | None:
         return read_regular_cache_file(self.path / name)  # bounded: a folder may be hostile
 
     def _rebuild(self, graph_key: str) -> list[IndexEntry]:
         entries: dict[str, IndexEntry] = {}
-        for path in self._files(graph_key):
-            data = self._read_cache_file(path.name)
+        for path in self.files_of(graph_key):
+            data = self.read_cache_file(path.name)
             if data is None:
                 continue
             try:
@@ -253,27 +253,27 @@ class FolderFiles:
                 entries[key] = entry  # the newest file per device wins
         return list(entries.values())
 
-    def _write_index(self, graph_key: str, entries: list[IndexEntry], ours: bool) -> None:
+    def write_index(self, graph_key: str, entries: list[IndexEntry], ours: bool) -> None:
         if not ours:
             raise UnsafePathError(
                 errno.EEXIST, f"{self.index_path(graph_key)} is not an asyncvk index"
             )
         write_atomic(self.index_path(graph_key), encode_index(graph_key, entries))
 
-    def _remove(self, name: str) -> None:
+    def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path / name)
 
-    def _sweep(self, graph_key: str, entries: list[IndexEntry]) -> list[IndexEntry]:
+    def sweep(self, graph_key: str, entries: list[IndexEntry]) -> list[IndexEntry]:
         """Drop entries whose file is gone, delete this key's files no entry names."""
-        present = {p.name for p in self._files(graph_key)}
+        present = {p.name for p in self.files_of(graph_key)}
         live = [e for e in entries if e.file in present]
         named = {e.file for e in live}
         for name in present - named:
-            self._remove(name)
+            self.remove(name)
         return live
 
-    def _prune_temps(self, ours: set[str], report: PruneReport) -> None:
+    def prune_temps(self, ours: set[str], report: PruneReport) -> None:
         temps = [temp_pattern(name) for name in ours if name.endswith((".idx", ".vkcache"))]
         temps.append(re.compile(r"\.probe\.()[0-9a-f]{16}"))  # a probe of a killed process
         removed, unmatched = remove_stale_temps(str(self.path), temps, keep=ours)
