@@ -139,10 +139,9 @@ class Batcher:
             raise QueueFull(
                 f"{len(self._queue)} requests already wait for this model (the queue's bound)"
             )
-        names = tuple(self.net.output_names if outputs is None else outputs)
         items = _items(inputs)
         arrays = {n: np.asarray(a, np.float32) for n, a in inputs.items()}
-        key = (names, tuple(sorted((n, a.shape[1:]) for n, a in arrays.items())))
+        names, key = self._key({n: a.shape[1:] for n, a in arrays.items()}, outputs)
         future: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
         self._queue.append(_Request(arrays, names, items, key, self._clock(), future))
         self._start()
@@ -186,6 +185,20 @@ class Batcher:
             task = asyncio.ensure_future(self._run(self._take(head)))
             self._running.add(task)
             task.add_done_callback(self._batch_ended)
+
+    def _key(
+        self, item_shapes: Mapping[str, tuple[int, ...]], outputs: Sequence[str] | None
+    ) -> tuple[tuple[str, ...], _Key]:
+        """The outputs asked for, and the key of requests that may share a batch."""
+        names = tuple(self.net.output_names if outputs is None else outputs)
+        return names, (names, tuple(sorted(item_shapes.items())))
+
+    def item_bytes(
+        self, item_shapes: Mapping[str, tuple[int, ...]], outputs: Sequence[str] | None = None
+    ) -> int | None:
+        """What one item of these shapes takes in a batch's plan, once a batch of them ran
+        (0 on the CPU; None before)."""
+        return self._item_bytes.get(self._key(item_shapes, outputs)[1])
 
     def _batch_ended(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)

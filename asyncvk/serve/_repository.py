@@ -185,7 +185,7 @@ class Repository:
                 t0 = time.perf_counter()
                 await warm_up(net, shapes, model.batcher)
                 if self.warm_up_batches:
-                    await warm_up_batches(net, shapes, self.batching)
+                    await warm_up_batches(net, shapes, model.batcher)
                 model.batcher.statistics = BatchStatistics()  # the warm-up is not served
                 model.warm_up_seconds = time.perf_counter() - t0
         except Exception as exc:
@@ -334,17 +334,17 @@ async def warm_up(
 
 
 async def warm_up_batches(
-    net: Net, shapes: Mapping[str, tuple[int, ...]], settings: BatchSettings
+    net: Net, shapes: Mapping[str, tuple[int, ...]], batcher: Batcher
 ) -> None:
     """The plan of every batch size the batcher makes (powers of two up to ``max_batch``, and
     whose items fit ``max_batch_bytes``), recorded now: a burst's first batches then pay no
     recording (for a 950-layer model, a batch of 16 took 1.5 s to record on an H200, in the
-    first burst's tail)."""
-    one = net.create_extractor()
-    for name, shape in shapes.items():
-        one.input(name, np.zeros((1, *shape), np.float32), batch_axis=True)
-    await one.extract_many(net.output_names)
-    item_bytes = one.plan_item_bytes or 0
+    first burst's tail). The batch of one is the warm-up's own, which told the batcher what an
+    item takes."""
+    settings = batcher.settings
+    item_bytes = batcher.item_bytes(shapes)
+    if item_bytes is None:
+        raise RuntimeError("warm_up_batches needs the warm-up's batch of one to have run")
     size = 2
     while size <= settings.max_batch and size * item_bytes <= settings.max_batch_bytes:
         ex = net.create_extractor()
