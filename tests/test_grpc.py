@@ -6,6 +6,8 @@ same models answering over both at once."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -193,3 +195,33 @@ async def test_a_full_queue_is_unavailable_and_http_and_grpc_share_the_batcher(
     finally:
         await client.close()
         await server.close()
+
+
+WITHOUT_GRPCIO = """
+import sys
+sys.modules["grpc"] = None  # as if grpcio were not installed: importing it raises ImportError
+from asyncvk.cli import console_main
+sys.argv = ["asyncvk", *sys.argv[1:]]
+console_main()
+"""
+
+
+def test_grpc_port_without_grpcio_names_the_extra_to_install() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            WITHOUT_GRPCIO,
+            "serve",
+            str(CUNET / "model.param"),
+            str(CUNET / "model.bin"),
+            "--grpc-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "--grpc-port needs grpcio and protobuf" in proc.stderr, proc.stderr
+    assert "pip install asyncvk-runtime[grpc]" in proc.stderr
