@@ -226,7 +226,7 @@ async def test_a_push_imports_redis_py_and_writes_through_it(tmp_path: Path) -> 
     tier = remote_tier_for(srv.url)
     assert tier is not None
     try:
-        store = await tier._open()
+        store = await tier.open()
         assert isinstance(store, FastReadRedisStore)
         assert await store.add("k", b"v", 0) and not await store.add("k", b"w", 0)
         assert await store.get_many(["k"], 10, ReadBudget(10)) == [b"v"]

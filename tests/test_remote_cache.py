@@ -351,7 +351,7 @@ async def test_two_tasks_opening_the_store_share_one_connection(server: RedisSer
     other's connection would leak)."""
     tier = remote_tier_for(server.url)
     assert tier is not None
-    first, second = await asyncio.gather(tier._open(), tier._open())
+    first, second = await asyncio.gather(tier.open(), tier.open())
     await first.get_many(["absent"], 1024, ReadBudget(1024))
     await second.get_many(["absent"], 1024, ReadBudget(1024))
     with server.client() as c:
@@ -394,13 +394,13 @@ async def test_a_push_that_fails_unexpectedly_loses_neither_the_save_nor_the_loa
     turns the tier off like a store error; the cache folder is still saved."""
     net = await _load(server.url, cache_dir=tmp_path / "cache", graph_key="cunet")
     assert (
-        net.model_cache.remote is not None and net.model_cache.remote._store is not None
+        net.model_cache.remote is not None and net.model_cache.remote.link.store is not None
     )  # read at load
 
     async def malformed(keys: object) -> list[bool]:
         raise ValueError("a reply that is not a list")
 
-    net.model_cache.remote._store.exists_many = malformed  # type: ignore[method-assign]
+    net.model_cache.remote.link.store.exists_many = malformed  # type: ignore[method-assign]
     await net.flush_cache()  # the push runs: it must not raise
     status = net.remote_status
     assert status is not None and not status["on"] and status["errors"] == 1
@@ -419,8 +419,8 @@ def test_a_tier_turned_off_counts_one_error(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("ASYNCVK_REMOTE_CACHE", url)
     tier = remote_tier_for(None)  # the variable names it
     assert tier is not None and tier.settings.display == url
-    tier._turn_off("connection refused")
-    tier._turn_off("connection refused again")
+    tier.link.turn_off("connection refused")
+    tier.link.turn_off("connection refused again")
     report = tier.report()
     assert (report["on"], report["errors"], report["off_reason"]) == (
         False,
