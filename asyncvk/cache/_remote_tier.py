@@ -27,7 +27,7 @@ process refused is replaced or deleted by it only while the store still holds th
 refused, in the namespace of its own key.
 
 The tier is composed of parts in modules of their own: the link every part shares (its store
-connection, switch and what a load found: :mod:`._remote_tier_base`), the reads at load
+connection, switch and what a load found: :mod:`._remote_tier_link`), the reads at load
 (:mod:`._remote_tier_reads`) and the push after it (:mod:`._remote_tier_push`); here is the
 tier they make together, with ``asyncvk cache pull``.
 """
@@ -38,10 +38,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ._remote_store import RemoteStoreError, configured_remote_url, parse_remote_url
-from ._remote_tier_base import KEY_VARIABLE as KEY_VARIABLE
-from ._remote_tier_base import UNSIGNED_NOTICE as UNSIGNED_NOTICE
-from ._remote_tier_base import TierLink
-from ._remote_tier_base import resolve_secret as resolve_secret
+from ._remote_tier_link import KEY_VARIABLE as KEY_VARIABLE
+from ._remote_tier_link import UNSIGNED_NOTICE as UNSIGNED_NOTICE
+from ._remote_tier_link import TierLink
+from ._remote_tier_link import resolve_secret as resolve_secret
 from ._remote_tier_push import TierPush
 from ._remote_tier_reads import TierReads, _source_hashes
 from ._remote_tier_reads import model_spirv_keys as model_spirv_keys

@@ -17,7 +17,7 @@ from ..gpu._identity import DeviceIdentity
 from ._keys import SpirvKey
 from ._remote_checks import install_digests
 from ._remote_store import BadValue, RemoteStore, RemoteStoreError
-from ._remote_tier_base import TierLink
+from ._remote_tier_link import TierLink
 from ._remote_values import (
     blob_index_key,
     blob_value_key,

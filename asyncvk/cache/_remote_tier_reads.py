@@ -18,7 +18,7 @@ from .._threads import run_sync
 from ._keys import SpirvKey
 from ._remote_checks import ReadVerdict, install_digests, judge_values, spirv_label
 from ._remote_store import ReadBudget, RemoteStoreError
-from ._remote_tier_base import TierLink
+from ._remote_tier_link import TierLink
 from ._remote_values import blob_index_key, is_blob_key
 from ._spec import PipelineSpec
 
