@@ -2,6 +2,7 @@
 
     python benchmarks/latency.py [--models a,b] [--suite DIR [--suite-models a,b]]
                                  [--loops 10] [--processes 1] [--compare-conv] [--out FILE.json]
+                                 [--version NAME=SOURCE_ROOT ...]
 
 Models: ``tests/models`` (``--models``; ``--models ''`` for none) and, with ``--suite DIR``, the
 folders that ``benchmarks/suite_models.py`` made (ncnn's benchmark models with generated
@@ -17,6 +18,10 @@ would measure the neighbour, not the runtime. With ``--processes N`` each runtim
 in N fresh processes, one after another: ``median_ms`` is then the median of the N processes'
 medians, ``process_medians_ms`` lists them and ``spread`` is (max - min) / min of them, how far
 one process's number can be trusted.
+
+``--version NAME=SOURCE_ROOT`` (repeatable) times asyncvk as the source root holding another
+``asyncvk`` package has it (``asyncvk@NAME``), beside the others: two versions of the code in
+one run, alternating process by process.
 """
 
 from __future__ import annotations
@@ -30,13 +35,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from _common import blob_names, emit, model_folders, model_names, timed_extractions
 
 from asyncvk import Net, Option, get_gpu_info
-from asyncvk.gpu import ShaderChoices
+
+if TYPE_CHECKING:
+    from asyncvk.gpu import ShaderChoices
 
 
 def _stats(times: list[float]) -> dict[str, float]:
@@ -140,37 +147,54 @@ def measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
     return result
 
 
-#: variants that run other shaders than the device's defaults
-VARIANT_CHOICES = {
-    "asyncvk_no_splitk": ShaderChoices(conv_splitk="never"),  # deep convolutions, one-output
-    "asyncvk_no_conv_gemm": ShaderChoices(conv_gemm="never"),  # large maps, one-output shader
-    "asyncvk_no_winograd": ShaderChoices(conv_winograd="never"),  # CPU devices: tiled 3x3
-    "asyncvk_plain_gemm": ShaderChoices(gemm_tiled="never"),  # gemm.comp over gemm_tiled.comp
-    "asyncvk_scalar_gemm_loads": ShaderChoices(gemm_vec4_loads=False),  # one k a load
-    "asyncvk_own_conv_weights": ShaderChoices(conv_shared_weights=False),  # all 8 per lane
-}
+def variant_choices(variant: str) -> ShaderChoices | None:
+    """The shaders a variant runs in place of the device's defaults (None: the defaults).
+    Imported here: a ``--version`` of the code from before ShaderChoices still runs."""
+    from asyncvk.gpu import ShaderChoices
+
+    return {
+        "asyncvk_no_splitk": ShaderChoices(conv_splitk="never"),  # deep convolutions, one-output
+        "asyncvk_no_conv_gemm": ShaderChoices(conv_gemm="never"),  # large maps, one-output
+        "asyncvk_no_winograd": ShaderChoices(conv_winograd="never"),  # CPU devices: tiled 3x3
+        "asyncvk_plain_gemm": ShaderChoices(gemm_tiled="never"),  # gemm.comp, not gemm_tiled
+        "asyncvk_scalar_gemm_loads": ShaderChoices(gemm_vec4_loads=False),  # one k a load
+        "asyncvk_own_conv_weights": ShaderChoices(conv_shared_weights=False),  # all 8 per lane
+        "asyncvk_tiled_conv": ShaderChoices(  # the other convolution shader than the device's
+            conv_tiled="never" if get_gpu_info().is_cpu else "always"
+        ),
+    }.get(variant)
 
 
 def _measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
     if variant == "ncnn":
         return ncnn_latency(d, loops)
+    if variant == "asyncvk":  # as it is: also what a --version that predates choices runs
+        return asyncio.run(asyncvk_latency(d, loops, Option()))
     option = Option(
         use_fp16_storage=variant == "asyncvk_fp16",
         # fp32 storage, fp16 operands where a shader has them (the matrix-unit convolution)
         use_fp16_arithmetic=variant == "asyncvk_fp16_arith",
-        shader_choices=VARIANT_CHOICES.get(variant),
+        shader_choices=variant_choices(variant),
     )
-    if variant == "asyncvk_tiled_conv":  # the other convolution shader than the device's own
-        tiled = "never" if get_gpu_info().is_cpu else "always"
-        option.shader_choices = ShaderChoices(conv_tiled=tiled)
     return asyncio.run(asyncvk_latency(d, loops, option))
 
 
-def _in_child(variant: str, d: Path, loops: int, timeout: float) -> dict[str, Any]:
+def _in_child(
+    variant: str, d: Path, loops: int, timeout: float, source: Path | None = None
+) -> dict[str, Any]:
+    """``variant`` in a fresh process; ``source``: with that root's ``asyncvk`` package."""
     argv = [sys.executable, __file__, "--child", variant, "--child-dir", str(d)]
+    env = None
+    if source is not None:
+        path = os.pathsep.join(filter(None, [str(source), os.environ.get("PYTHONPATH")]))
+        env = dict(os.environ, PYTHONPATH=path)
     try:
         out = subprocess.run(
-            [*argv, "--loops", str(loops)], capture_output=True, text=True, timeout=timeout
+            [*argv, "--loops", str(loops)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
@@ -181,11 +205,16 @@ def _in_child(variant: str, d: Path, loops: int, timeout: float) -> dict[str, An
 
 
 def in_processes(
-    variant: str, d: Path, loops: int, processes: int, timeout: float
+    variant: str, d: Path, loops: int, processes: int, timeout: float, source: Path | None = None
 ) -> dict[str, Any]:
     """One runtime on one model in ``processes`` fresh processes, one after another: the
     median of their medians, each process's median, and their spread."""
-    runs = [_in_child(variant, d, loops, timeout) for _ in range(processes)]
+    runs = [_in_child(variant, d, loops, timeout, source) for _ in range(processes)]
+    return summary(runs)
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of the processes' medians, each process's median, and their spread."""
     good = [r for r in runs if "median_ms" in r]
     errors = [r["error"] for r in runs if "error" in r]
     if not good:
@@ -252,6 +281,13 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help=f"comma-separated runtimes to time (default: the first three of {','.join(VARIANTS)})",
     )
+    parser.add_argument(
+        "--version",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE_ROOT",
+        help="also time asyncvk from another source root (asyncvk@NAME), alternating processes",
+    )
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--child-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -261,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.loops < 1 or args.processes < 1:
         parser.error("--loops and --processes must be at least 1")
     folders = model_folders(args.models, args.suite, args.suite_models)
+    versions: dict[str, Path] = {}
+    for given in args.version:
+        name, sep, root = given.partition("=")
+        if not sep or not name or not (Path(root) / "asyncvk").is_dir():
+            parser.error(f"--version {given!r}: want NAME=SOURCE_ROOT holding an asyncvk package")
+        versions[name] = Path(root).resolve()
     info = get_gpu_info()
     variants = VARIANTS[:4] if args.compare_conv else VARIANTS[:3]
     if args.variants:
@@ -284,6 +326,13 @@ def main(argv: list[str] | None = None) -> int:
             if variant == "asyncvk_tiled_conv":
                 key = f"asyncvk_tiled_conv_{'never' if info.is_cpu else 'always'}"
             row[key] = in_processes(variant, d, args.loops, args.processes, args.timeout)
+        if versions:  # one process of each version in turn, so a drift hits both alike
+            runs: dict[str, list[dict[str, Any]]] = {name: [] for name in versions}
+            for _ in range(args.processes):
+                for name, root in versions.items():
+                    runs[name].append(_in_child("asyncvk", d, args.loops, args.timeout, root))
+            for name in versions:
+                row[f"asyncvk@{name}"] = summary(runs[name])
         _ratios(row)
         report["models"].append(row)
         print(json.dumps(_brief(row)), file=sys.stderr, flush=True)
