@@ -191,7 +191,7 @@ class TestSources:
 
     def test_errors_name_the_path(self, tmp_path: Path) -> None:
         path = tmp_path / "bad.param"
-        path.write_text(_net("relu_0   ", "conv_0   "))
+        path.write_text(_relu("relu_0 1 1 3 2"))  # blob 3 is produced later
         with pytest.raises(ModelFormatError) as info:
             parse_param(path)
         assert info.value.file == str(path) and f"{path}:5" in str(info.value)
@@ -304,6 +304,14 @@ def test_other_errors_come_first_and_unknown_types_in_ignored_lines_do_not_count
 RELU = "relu_0                   1 1 1 2 0=1.000000e-01"
 
 
+def test_a_layer_name_may_repeat_as_in_ncnn() -> None:
+    """pnnx names the Split of a constant blob ``splitncnn_0`` again; ncnn loads such a file,
+    and so does asyncvk: layers are told apart by their place, blobs stay unique."""
+    pf = parse_param_text(_relu("conv_0 1 1 1 2"), "model.param", known_types=KNOWN)
+    assert [d.name for d in pf.layers].count("conv_0") == 2
+    assert len(set(pf.blob_names)) == len(pf.blob_names)
+
+
 def _relu(line: str) -> str:
     """NET with the ReLU layer line (after its type) replaced."""
     return _net(RELU, line)
@@ -339,7 +347,6 @@ MALFORMED = [
     (_relu("relu_0 1 1 3 2"), "unknown blob '3'", 5, "relu_0"),  # produced later
     (_relu("relu_0 1 1 1 1"), "twice (first by layer 'conv_0' on line 4)", 5, "relu_0"),
     (_net("1 1 2 3 0=0", "1 2 2 3 3 0=0"), "blob '3' is produced twice", 6, "maxpool2d_0"),
-    (_relu("conv_0 1 1 1 2"), "duplicate layer name 'conv_0' (first on line 4)", 5, "conv_0"),
     (_net("ReLU     ", "Frobnicate "), "unsupported layer type: Frobnicate (line 5)", 5, "relu_0"),
     (_net("ReLU     ", "Relu     "), "type: Relu (line 5; did you mean 'ReLU'?)", 5, "relu_0"),
     (_relu("relu_0 1 1 1"), "missing blob names", 5, "relu_0"),

@@ -298,7 +298,10 @@ def _count(text: str, what: str, where: Where) -> int:
 
 
 class _Graph:
-    """Checks each layer against those before it: names unique, blobs produced once, in order."""
+    """Checks each layer against those before it: blobs produced once, before they are read.
+
+    Layer names may repeat, as ncnn allows (pnnx names the Split of a constant blob
+    ``splitncnn_0`` again): a layer is found by its place, and errors give its line too."""
 
     def __init__(self, source: str, known_types: Collection[str] | None) -> None:
         self.source = source
@@ -306,7 +309,6 @@ class _Graph:
         self.layers: list[LayerDecl] = []
         self.blob_names: list[str] = []
         self.producer: dict[str, LayerDecl] = {}
-        self.by_name: dict[str, LayerDecl] = {}
         #: Layers whose type is not in known_types, by type in order of first appearance.
         self.unsupported: dict[str, list[LayerDecl]] = {}
 
@@ -314,11 +316,6 @@ class _Graph:
         where: dict[str, Any] = {"file": self.source, "line": decl.line, "layer": decl.name}
         if self.known_types is not None and decl.type not in self.known_types:
             self.unsupported.setdefault(decl.type, []).append(decl)
-        first = self.by_name.get(decl.name)
-        if first is not None:
-            raise ModelFormatError(
-                f"duplicate layer name {decl.name!r} (first on line {first.line})", **where
-            )
         for blob in decl.bottoms:
             if blob not in self.producer:
                 raise ModelFormatError(
@@ -334,7 +331,6 @@ class _Graph:
                 )
             self.producer[blob] = decl
             self.blob_names.append(blob)
-        self.by_name[decl.name] = decl
         self.layers.append(decl)
 
     def check_types(self) -> None:
