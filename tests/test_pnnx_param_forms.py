@@ -64,6 +64,40 @@ async def test_reshape_by_expression_matches_ncnn(
         assert_close(ours["out0"], theirs, f"{expr} ({'gpu' if gpu else 'cpu'})")
 
 
+CROPS = [
+    # (input shapes, starts, ends, axes): pnnx's slices by a size (x[:, :, : x.size(2) // 2])
+    ([(4, 6, 8)], "0", "//(0w,2)", "2"),
+    ([(4, 6, 8)], "1,0", "-1,-(0w,3)", "0,2"),
+    ([(4, 6, 8)], "0,1", "//(0c,2),0h", "0,-2"),
+    ([(6, 8)], "//(0h,3)", "0h", "0"),
+    ([(10,)], "2", "-(0w,2)", "0"),
+    ([(4, 6, 8), (2, 3)], "0,1", "1h,+(1w,1)", "1,2"),
+]
+
+
+@needs_vulkan
+@pytest.mark.parametrize(
+    ("shapes", "starts", "ends", "axes"), CROPS, ids=[f"{c[1]}:{c[2]}@{c[3]}" for c in CROPS]
+)
+async def test_crop_by_expression_matches_ncnn(
+    tmp_path: Path, shapes: list[tuple[int, ...]], starts: str, ends: str, axes: str
+) -> None:
+    n = len(shapes)
+    ins = " ".join(f"in{i}" for i in range(n))
+    lines = [f"7767517\n{n + 2} {n + 2}"]
+    lines += [f"Input i{i} 0 1 in{i}" for i in range(n)]
+    lines.append(f'Crop c0 {n} 1 {ins} mid 19="{starts}" 20="{ends}" 21="{axes}"')
+    lines.append("ReLU relu0 1 1 mid out0")
+    m = write_model(tmp_path, "\n".join(lines))
+    rng = np.random.default_rng(5)
+    inputs = {f"in{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    theirs = ncnn_forward(m, inputs, ["out0"])["out0"]
+    for gpu in (True, False):
+        ours, cpu_types = await asyncvk_forward(m, inputs, ["out0"], gpu=gpu)
+        assert "Crop" not in cpu_types
+        assert_close(ours["out0"], theirs, f"crop ({'gpu' if gpu else 'cpu'})")
+
+
 @pytest.mark.parametrize(
     ("text", "shapes", "sizes"),
     [

@@ -7,6 +7,7 @@ input of element indexes, so the GPU path has exactly the reference's semantics.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -27,13 +28,17 @@ _F32 = np.float32
 _EXACT = 1 << 22  # float32 holds k + 0.5 exactly below 2^23
 
 
-def _probe(layer: Layer, shape: Shape, base: float) -> list[np.ndarray]:
+def _probe(
+    layer: Layer, shape: Shape, base: float, others: Sequence[Shape] = ()
+) -> list[np.ndarray]:
     """``layer.forward`` of an input holding its own element indexes plus ``base``, in float32
-    (exact: every index is below 2^22)."""
+    (exact: every index is below 2^22); ``others``: the shapes of inputs read for their shape
+    alone (zeros that take no memory)."""
     n = math.prod(shape)
     x = np.arange(n, dtype=_F32).reshape(shape)
     x += _F32(base)
-    return [np.asarray(o, _F32) for o in layer.forward([x])]
+    shaped = [np.broadcast_to(_F32(0), tuple(s)) for s in others]
+    return [np.asarray(o, _F32) for o in layer.forward([x, *shaped])]
 
 
 class GatherOnGpu(Layer):
@@ -51,7 +56,7 @@ class GatherOnGpu(Layer):
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
         return {"gather": PipelineSpec("gather", (), local_size_1d(target.info))}
 
-    def index_maps(self, shape: Shape) -> list[np.ndarray]:
+    def index_maps(self, shape: Shape, others: Sequence[Shape] = ()) -> list[np.ndarray]:
         """Per output, the input index each element copies (-1: the fill value).
 
         The probe holds k + 0.5 at index k: an element that is not of that form is the fill.
@@ -62,8 +67,8 @@ class GatherOnGpu(Layer):
         """
         fill = float(_F32(self.fill()))  # as the probe and the shader hold it
         ambiguous = math.isfinite(fill) and (fill * 2) % 2 == 1
-        first = _probe(self, shape, 0.5)
-        second = _probe(self, shape, 1.5) if ambiguous else [None] * len(first)
+        first = _probe(self, shape, 0.5, others)
+        second = _probe(self, shape, 1.5, others) if ambiguous else [None] * len(first)
         maps = []
         for a, b in zip(first, second, strict=True):
             index = np.floor(a)
@@ -73,7 +78,8 @@ class GatherOnGpu(Layer):
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         local = local_size_1d(ctx.info)
-        for out, index in zip(outputs, self.index_maps(inputs[0].shape), strict=True):
+        maps = self.index_maps(inputs[0].shape, [i.shape for i in inputs[1:]])
+        for out, index in zip(outputs, maps, strict=True):
             n = out.size
             bufs: list[Buffer | GpuBlob] = [inputs[0], out, ctx.constant(index)]
             push = pack_push("if", n, self.fill())

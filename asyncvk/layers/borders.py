@@ -15,6 +15,7 @@ from ._gpu_api import Shape
 from ._limits import MAX_CHANNELS, MAX_EXTENT, MAX_PAD
 from ._registry import register_layer
 from ._schema import Param, ints
+from ._shape_expr import ShapeExpr
 from .data_movement import GatherOnGpu
 
 _F32 = np.float32
@@ -27,7 +28,8 @@ def _f32(x: np.ndarray) -> np.ndarray:
 @register_layer("Crop")
 class Crop(GatherOnGpu):
     """Cut a box: offsets + sizes (0/1/13/2, 3/4/14/5), offsets from both ends (6/7/15/8),
-    numpy-style starts/ends/axes (9/10/11), or the size of a second (reference) input."""
+    numpy-style starts/ends/axes (9/10/11) or the same as shape expressions of the inputs
+    (19/20/21, as pnnx writes them), or the size of a second (reference) input."""
 
     woffset = Param(0, int, 0, limit=MAX_EXTENT)
     hoffset = Param(1, int, 0, limit=MAX_EXTENT)
@@ -50,18 +52,29 @@ class Crop(GatherOnGpu):
 
     one_blob_only = False
 
+    #: starts, ends and axes (None: every axis) as shape expressions, when 19 and 20 are given
+    exprs: tuple[ShapeExpr, ShapeExpr, ShapeExpr | None] | None = None
+
     def validate(self) -> None:
-        for p in (Crop.starts_expr, Crop.ends_expr, Crop.axes_expr):
-            if getattr(self, p.name):
-                raise ValueError(f"Crop: param {p.id} (expression) unsupported")
+        if bool(self.starts_expr) != bool(self.ends_expr) or (
+            self.axes_expr and not self.starts_expr
+        ):
+            raise ValueError("Crop: params 19 and 20 (starts and ends expressions) go together")
+        if self.starts_expr:
+            axes = ShapeExpr(self.axes_expr) if self.axes_expr else None
+            self.exprs = (ShapeExpr(self.starts_expr), ShapeExpr(self.ends_expr), axes)
 
     def blob_counts(self) -> tuple[BlobCount, BlobCount]:
-        """A second input is the reference, read exactly when no size param is given."""
+        """A second input is the reference, read exactly when no size param is given; with
+        expressions, the inputs they read (the first is cut)."""
+        if self.exprs is not None:
+            n = max(1, *(e.blob_count for e in self.exprs if e is not None))
+            return (n, n), (1, 1)
         return ((2, 2) if self.uses_reference else (1, 1)), (1, 1)
 
     @property
     def _numpy_style(self) -> bool:
-        return bool(self.starts) and bool(self.ends)
+        return (bool(self.starts) and bool(self.ends)) or self.exprs is not None
 
     @property
     def uses_reference(self) -> bool:
@@ -70,8 +83,26 @@ class Crop(GatherOnGpu):
         offsets2 = (self.woffset2, self.hoffset2, self.doffset2, self.coffset2)
         return not any(sizes) and not any(offsets2) and not self._numpy_style
 
-    def _roi_self(self, shape: Shape) -> tuple[list[int], list[int]]:
+    def supports(self, input_shapes: list[Shape]) -> bool:
+        """Expressions read the later inputs' shapes alone: the first is gathered."""
+        if self.exprs is not None:
+            return super().supports(input_shapes[:1])
+        return super().supports(input_shapes)
+
+    def _slices(self, shapes: list[Shape]) -> tuple[list[int], list[int], list[int]]:
+        """The numpy-style starts, ends and axes: the params, or the expressions' values."""
+        if self.exprs is None:
+            return list(self.starts), list(self.ends), list(self.axes)
+        starts, ends, axes = self.exprs
+        return (
+            starts.evaluate(shapes),
+            ends.evaluate(shapes),
+            [] if axes is None else axes.evaluate(shapes),
+        )
+
+    def _roi_self(self, shapes: list[Shape]) -> tuple[list[int], list[int]]:
         """resolve_crop_roi(bottom): offsets and sizes as ``[w, h, d, c]`` lists."""
+        shape = shapes[0]
         w, h, d, c = shape4(shape)
         dims = len(shape)
         off = [0, 0, 0, 0]
@@ -80,18 +111,19 @@ class Crop(GatherOnGpu):
         if self._numpy_style:
             # ncnn's axis numbering per dims -> index into [w, h, d, c]
             slot = {1: [0], 2: [1, 0], 3: [3, 1, 0], 4: [3, 2, 1, 0]}[dims]
-            if self.axes:
-                axes = [a + dims if a < 0 else a for a in self.axes]
+            starts, ends, given_axes = self._slices(shapes)
+            if given_axes:
+                axes = [a + dims if a < 0 else a for a in given_axes]
             else:
                 axes = list(range(dims))
-            if len(self.starts) < len(axes) or len(self.ends) < len(axes):
+            if len(starts) < len(axes) or len(ends) < len(axes):
                 raise ValueError("Crop: params 9/10 need a start and an end per axis")
             for i, axis in enumerate(axes):
                 if not 0 <= axis < dims:
-                    raise ValueError(f"Crop: param 11 axis {self.axes[i]} out of range")
+                    raise ValueError(f"Crop: param 11 axis {given_axes[i]} out of range")
                 k = slot[0] if dims == 1 else slot[axis]
                 n = full[k]
-                start, end = self.starts[i], self.ends[i]
+                start, end = starts[i], ends[i]
                 if start == -233:
                     start = 0
                 if end == -233:
@@ -146,9 +178,9 @@ class Crop(GatherOnGpu):
             size = [int(p[4]), int(p[5]), int(p[6]), int(p[7])]
         return off, size
 
-    def _roi(
-        self, shape: Shape, ref: Shape | None, ref_data: np.ndarray | None
-    ) -> tuple[list[int], list[int]]:
+    def _roi(self, shapes: list[Shape], ref_data: np.ndarray | None) -> tuple[list[int], list[int]]:
+        shape = shapes[0]
+        ref = shapes[1] if len(shapes) > 1 else None
         if ref is not None and self.uses_reference:
             if self.woffset == -233:
                 if ref_data is None:
@@ -157,7 +189,7 @@ class Crop(GatherOnGpu):
             else:
                 off, size = self._roi_ref(shape, ref)
         else:
-            off, size = self._roi_self(shape)
+            off, size = self._roi_self(shapes)
         full = shape4(shape)
         for k in range(4):
             if size[k] == full[k]:
@@ -172,16 +204,15 @@ class Crop(GatherOnGpu):
         return tuple(slice(off[k], off[k] + size[k]) for k in order)
 
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
-        shape = tuple(input_shapes[0])
-        ref = tuple(input_shapes[1]) if len(input_shapes) > 1 else None
-        off, size = self._roi(shape, ref, None)
-        box = self._numpy_box(len(shape), off, size)
+        shapes = [tuple(s) for s in input_shapes]
+        off, size = self._roi(shapes, None)
+        box = self._numpy_box(len(shapes[0]), off, size)
         return [tuple(s.stop - s.start for s in box)]
 
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = _f32(inputs[0])
-        ref = inputs[1] if len(inputs) > 1 else None
-        off, size = self._roi(x.shape, None if ref is None else tuple(ref.shape), ref)
+        ref = inputs[1] if len(inputs) > 1 and self.uses_reference else None
+        off, size = self._roi([tuple(np.shape(i)) for i in inputs], ref)
         return [x[self._numpy_box(x.ndim, off, size)].copy()]
 
 

@@ -14,6 +14,7 @@ here, so casts from or to int8 are refused at load.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -147,7 +148,7 @@ class Tile(GatherOnGpu):
     # the index map is built directly, not probed in float32: every size runs on the GPU
     supports = Layer.supports
 
-    def index_maps(self, shape: Shape) -> list[np.ndarray]:
+    def index_maps(self, shape: Shape, others: Sequence[Shape] = ()) -> list[np.ndarray]:
         four, reps, _ = self._plan(shape)
         index = np.arange(math.prod(four), dtype=np.int32).reshape(four)
         return [np.tile(index, reps).reshape(-1)]
