@@ -98,6 +98,39 @@ async def test_crop_by_expression_matches_ncnn(
         assert_close(ours["out0"], theirs, f"crop ({'gpu' if gpu else 'cpu'})")
 
 
+INTERPS = [
+    # (input shapes, resize type, size expression): F.interpolate(x, size=...) as pnnx writes it
+    ([(3, 5, 7)], 2, "*(0w,2),*(0h,2)"),
+    ([(3, 5, 7)], 1, "*(0w,2),*(0h,3)"),
+    ([(3, 5, 7)], 3, "+(0w,3)"),
+    ([(3, 5, 7), (2, 9, 4)], 2, "1w,1h"),
+    ([(3, 5, 7), (2, 9, 4)], 1, "1w,1h"),
+]
+
+
+@needs_vulkan
+@pytest.mark.parametrize(
+    ("shapes", "resize", "expr"), INTERPS, ids=[f"{c[1]}:{c[2]}" for c in INTERPS]
+)
+async def test_interp_to_a_size_expression_matches_ncnn(
+    tmp_path: Path, shapes: list[tuple[int, ...]], resize: int, expr: str
+) -> None:
+    n = len(shapes)
+    ins = " ".join(f"in{i}" for i in range(n))
+    lines = [f"7767517\n{n + 2} {n + 2}"]
+    lines += [f"Input i{i} 0 1 in{i}" for i in range(n)]
+    lines.append(f'Interp up0 {n} 1 {ins} mid 0={resize} 9="{expr}"')
+    lines.append("ReLU relu0 1 1 mid out0")
+    m = write_model(tmp_path, "\n".join(lines))
+    rng = np.random.default_rng(9)
+    inputs = {f"in{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    theirs = ncnn_forward(m, inputs, ["out0"])["out0"]
+    for gpu in (True, False):
+        ours, cpu_types = await asyncvk_forward(m, inputs, ["out0"], gpu=gpu)
+        assert "Interp" not in cpu_types
+        assert_close(ours["out0"], theirs, f"interp ({'gpu' if gpu else 'cpu'})")
+
+
 @pytest.mark.parametrize(
     ("text", "shapes", "sizes"),
     [

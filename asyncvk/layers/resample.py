@@ -26,6 +26,7 @@ from ._gpu_api import (
 from ._limits import MAX_EXTENT
 from ._registry import register_layer
 from ._schema import Param
+from ._shape_expr import ShapeExpr
 
 _F32 = np.float32
 
@@ -149,7 +150,8 @@ def _scaled(size: int, scale: float) -> int:
 class Interp(Layer):
     """Resize: ``resize_type`` (0) 1 nearest, 2 bilinear, 3 bicubic; scales (1 h, 2 w) or
     sizes (3 h, 4 w); ``dynamic_target_size`` (5) takes the size from a second blob;
-    ``align_corner`` (6)."""
+    ``align_corner`` (6); or the size computed from the inputs' shapes (``size_expr``, 9: ``w``
+    or ``w,h``, as pnnx writes ``F.interpolate(x, size=y.shape[2:])``)."""
 
     resize_type = Param(0, int, 0)
     height_scale = Param(1, float, 1.0)
@@ -159,6 +161,8 @@ class Interp(Layer):
     dynamic_target_size = Param(5, int, 0)
     align_corner = Param(6, int, 0)
     size_expr = Param(9, str)
+    #: the parsed ``size_expr`` (None: the size comes from params 1-5)
+    expr: ShapeExpr | None = None
 
     one_blob_only = False
     gpu = True
@@ -167,7 +171,9 @@ class Interp(Layer):
         if self.resize_type not in (1, 2, 3):
             raise ValueError(f"Interp: param 0 resize_type={self.resize_type} unsupported")
         if self.size_expr:
-            raise ValueError("Interp: param 9 size_expr unsupported")
+            self.expr = ShapeExpr(self.size_expr)
+            if len(self.expr.terms) > 2:
+                raise ValueError(f"Interp: param 9 {self.size_expr!r}: one or two sizes (w, h)")
         for p in (Interp.output_height, Interp.output_width):
             if getattr(self, p.name) < 0:
                 raise ValueError(
@@ -184,11 +190,27 @@ class Interp(Layer):
                     )
 
     def blob_counts(self) -> tuple[BlobCount, BlobCount]:
-        """dynamic_target_size (param 5) takes the output size from a second input."""
-        return ((2, 2) if self.dynamic_target_size else (1, 1)), (1, 1)
+        """dynamic_target_size (param 5) takes the output size from a second input; a size
+        expression reads the inputs it names."""
+        n = 2 if self.dynamic_target_size else 1
+        if self.expr is not None:
+            n = max(n, self.expr.blob_count)
+        return (n, n), (1, 1)
 
-    def _target(self, shape: Shape, ref: Shape | None) -> tuple[int, int]:
+    @property
+    def _width_given(self) -> bool:
+        """Whether the output width is given (a param or an expression), not scaled."""
+        return bool(self.output_width) or self.expr is not None
+
+    @property
+    def _height_given(self) -> bool:
+        return bool(self.output_height) or self.expr is not None
+
+    def _target(self, shape: Shape, ref: Shape | None, shapes: list[Shape]) -> tuple[int, int]:
         """``(outw, outh)`` as Interp::forward resolves them."""
+        if self.expr is not None:
+            sizes = self.expr.evaluate(shapes)
+            return (sizes[0], shape4(shape)[1]) if len(sizes) == 1 else (sizes[0], sizes[1])
         if self.dynamic_target_size:
             if ref is None:
                 raise ValueError("Interp: dynamic_target_size needs a reference blob")
@@ -206,7 +228,7 @@ class Interp(Layer):
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
         shape = tuple(input_shapes[0])
         ref = tuple(input_shapes[1]) if len(input_shapes) > 1 else None
-        outw, outh = self._target(shape, ref)
+        outw, outh = self._target(shape, ref, [tuple(s) for s in input_shapes])
         if len(shape) == 4:
             raise ValueError("Interp: 4-D input unsupported")
         if len(shape) == 1:
@@ -219,7 +241,7 @@ class Interp(Layer):
             raise ValueError(f"Interp: empty output {out} for input {shape}")
         return [out]
 
-    def _nearest_index(self, size: int, out: int, given: int, scale: float) -> np.ndarray:
+    def _nearest_index(self, size: int, out: int, given: bool, scale: float) -> np.ndarray:
         """ncnn's nearest rule: ``min(int(x * s), size - 1)`` with ``s = size / out`` when the
         output size was a param, else ``1 / scale`` (also under dynamic_target_size)."""
         s = _F32(size) / _F32(out) if given else _F32(1) / _F32(scale)
@@ -228,9 +250,10 @@ class Interp(Layer):
 
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         x = np.asarray(inputs[0], dtype=_F32)
-        ref = tuple(inputs[1].shape) if len(inputs) > 1 else None
-        self.output_shapes([x.shape] + ([ref] if ref is not None else []))
-        outw, outh = self._target(x.shape, ref)
+        shapes = [tuple(np.shape(i)) for i in inputs]
+        ref = shapes[1] if len(shapes) > 1 else None
+        self.output_shapes(shapes)
+        outw, outh = self._target(x.shape, ref, shapes)
         if x.ndim == 1:
             return [np.broadcast_to(x[:, None, None], (x.shape[0], outh, outw)).copy()]
         if x.ndim == 2:
@@ -238,15 +261,15 @@ class Interp(Layer):
             if outw == w:
                 return [x.copy()]
             if self.resize_type == 1:
-                ix = self._nearest_index(w, outw, self.output_width, self.width_scale)
+                ix = self._nearest_index(w, outw, self._width_given, self.width_scale)
                 return [x[:, ix].copy()]
             return [_resize_axis(x, 1, w, outw, self.resize_type, self.align_corner)]
         _, h, w = x.shape
         if outw == w and outh == h:
             return [x.copy()]
         if self.resize_type == 1:
-            iy = self._nearest_index(h, outh, self.output_height, self.height_scale)
-            ix = self._nearest_index(w, outw, self.output_width, self.width_scale)
+            iy = self._nearest_index(h, outh, self._height_given, self.height_scale)
+            ix = self._nearest_index(w, outw, self._width_given, self.width_scale)
             return [x[:, iy][:, :, ix].copy()]
         # ncnn resizes rows along w first, then blends rows along h
         y = _resize_axis(x, 2, w, outw, self.resize_type, self.align_corner)
@@ -256,7 +279,7 @@ class Interp(Layer):
 
     def supports(self, input_shapes: list[Shape]) -> bool:
         return (
-            len(input_shapes) == 1
+            (len(input_shapes) == 1 or self.expr is not None)
             and len(input_shapes[0]) == 3
             and self.resize_type in (1, 2, 3)
             and not self.dynamic_target_size
@@ -268,8 +291,8 @@ class Interp(Layer):
 
     def _gpu_scales(self, w: int, h: int, ow: int, oh: int) -> tuple[float, float]:
         if self.resize_type == 1:
-            sx = w / ow if self.output_width else 1.0 / self.width_scale
-            sy = h / oh if self.output_height else 1.0 / self.height_scale
+            sx = w / ow if self._width_given else 1.0 / self.width_scale
+            sy = h / oh if self._height_given else 1.0 / self.height_scale
             return (sx, sy)
         if self.align_corner:
             return ((w - 1) / (ow - 1) if ow > 1 else 0.0, (h - 1) / (oh - 1) if oh > 1 else 0.0)
