@@ -165,11 +165,14 @@ def test_layers_lists_every_registered_type_with_where_it_runs() -> None:
     proc = cli("layers")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    on_gpu = sum(info.runs_on == "GPU" for info in catalog)
-    assert lines[0] == f"{len(catalog)} ncnn layer types: {on_gpu} on the GPU, " + (
-        f"{len(catalog) - on_gpu} on the CPU"
+    on = [info.runs_on for info in catalog]
+    assert lines[0] == f"{len(catalog)} ncnn layer types: {on.count('GPU')} on the GPU, " + (
+        f"{on.count('CPU')} on the CPU, {on.count('none')} not supported"
     )
-    assert [line.split()[:2] for line in lines[1:]] == [[i.type, i.runs_on] for i in catalog]
+    where = {"GPU": "GPU", "CPU": "CPU", "none": "not"}
+    assert [line.split()[:2] for line in lines[1:]] == [[i.type, where[i.runs_on]] for i in catalog]
+    lstm = next(entry for entry in report["layers"] if entry["type"] == "LSTM")
+    assert lstm["runs_on"] in ("GPU", "CPU", "none")
     proc = cli("layers", "--markdown")
     assert proc.returncode == 0 and proc.stdout == layers_markdown(catalog)
     proc = cli("layers", "--json", "--markdown")

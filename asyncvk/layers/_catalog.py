@@ -1,4 +1,5 @@
-"""What the registry offers users: each supported ncnn type and where it runs.
+"""What the registry offers users: every ncnn layer type, and where asyncvk runs it (the GPU,
+the CPU, or not at all).
 
 One source for ``asyncvk layers`` (text and JSON) and ``docs/layers.md`` (its ``--markdown``),
 so that the page cannot drift from the code: a test compares the committed page with
@@ -11,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ._base import Layer
+from ._ncnn_types import NCNN_LAYER_TYPES
 from ._registry import layer_class, layer_types
 
 #: How docs/layers.md is rebuilt; the page and the staleness test both say it.
@@ -19,14 +21,15 @@ REGENERATE = "asyncvk layers --markdown > docs/layers.md"
 
 @dataclass(frozen=True)
 class LayerInfo:
-    """One supported type as a user sees it."""
+    """One ncnn type as a user sees it."""
 
     type: str
-    #: "GPU" for types with a Vulkan path, "CPU" for those that run their numpy reference.
+    #: "GPU" for types with a Vulkan path, "CPU" for those that run their numpy reference,
+    #: "none" for types asyncvk refuses at load.
     runs_on: str
     #: A GPU type that sends some params or input shapes to its CPU reference.
     cpu_for_some_inputs: bool
-    #: The module of asyncvk.layers that holds it (its family).
+    #: The module of asyncvk.layers that holds it (its family); "" for a type it lacks.
     family: str
 
     def as_json(self) -> dict[str, Any]:
@@ -34,13 +37,15 @@ class LayerInfo:
 
 
 def layer_catalog() -> tuple[LayerInfo, ...]:
-    """Every registered type, sorted by name."""
+    """Every ncnn type and every registered one, sorted by name (case-insensitively)."""
     from . import _all  # noqa: F401  (each family module registers its types on import)
 
     infos = []
-    for name in layer_types():
+    for name in sorted({*layer_types(), *NCNN_LAYER_TYPES}, key=str.lower):
         cls = layer_class(name)
-        assert cls is not None  # layer_types lists registered names only
+        if cls is None:
+            infos.append(LayerInfo(type=name, runs_on="none", cpu_for_some_inputs=False, family=""))
+            continue
         infos.append(
             LayerInfo(
                 type=name,
@@ -53,15 +58,23 @@ def layer_catalog() -> tuple[LayerInfo, ...]:
 
 
 def _where(info: LayerInfo) -> str:
+    if info.runs_on == "none":
+        return "not supported"
     return "GPU (CPU for some params or shapes)" if info.cpu_for_some_inputs else info.runs_on
+
+
+def _counts(infos: tuple[LayerInfo, ...]) -> tuple[int, int, int]:
+    """(on the GPU, on the CPU, not supported)."""
+    on = [info.runs_on for info in infos]
+    return on.count("GPU"), on.count("CPU"), on.count("none")
 
 
 def layers_text(infos: tuple[LayerInfo, ...]) -> str:
     """The table ``asyncvk layers`` prints."""
-    on_gpu = sum(info.runs_on == "GPU" for info in infos)
+    gpu, cpu, none = _counts(infos)
     width = max((len(info.type) for info in infos), default=4)
     lines = [
-        f"{len(infos)} ncnn layer types: {on_gpu} on the GPU, {len(infos) - on_gpu} on the CPU"
+        f"{len(infos)} ncnn layer types: {gpu} on the GPU, {cpu} on the CPU, {none} not supported"
     ]
     lines += [f"{info.type:<{width}}  {_where(info)}" for info in infos]
     return "\n".join(lines) + "\n"
@@ -69,17 +82,17 @@ def layers_text(infos: tuple[LayerInfo, ...]) -> str:
 
 def layers_markdown(infos: tuple[LayerInfo, ...]) -> str:
     """docs/layers.md: the same table for the documentation."""
-    on_gpu = sum(info.runs_on == "GPU" for info in infos)
+    gpu, cpu, none = _counts(infos)
     lines = [
-        "# Supported ncnn layer types",
+        "# ncnn layer types in asyncvk",
         "",
         f"<!-- Generated from the layer registry by `{REGENERATE}`; do not edit. -->",
         "",
-        f"asyncvk loads {len(infos)} ncnn layer types: {on_gpu} run on the GPU (Vulkan), "
-        f"{len(infos) - on_gpu} on the CPU (their numpy reference, between GPU steps). "
+        f"Of ncnn's {len(infos)} layer types, asyncvk runs {gpu} on the GPU (Vulkan) and "
+        f"{cpu} on the CPU (their numpy reference, between GPU steps); {none} are not supported. "
         'A GPU type marked "CPU for some params or shapes" runs its numpy reference for the '
-        "cases its shader does not cover. A model with any other type is refused at load, "
-        "with every missing type and its lines named.",
+        "cases its shader does not cover. A model with a type that is not supported is refused "
+        "at load, with every such type and its lines named.",
         "",
         "`asyncvk layers` prints this table for the installed version (`--json` for tools).",
         "",
@@ -87,7 +100,9 @@ def layers_markdown(infos: tuple[LayerInfo, ...]) -> str:
         "| --- | --- | --- |",
     ]
     lines += [
-        f"| {info.type} | {_where(info)} | `asyncvk/layers/{info.family}.py` |" for info in infos
+        f"| {info.type} | {_where(info)} | "
+        + (f"`asyncvk/layers/{info.family}.py` |" if info.family else "|")
+        for info in infos
     ]
     return "\n".join(lines) + "\n"
 
