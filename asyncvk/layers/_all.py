@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     reduction,
     resample,
     reshape,
+    scan,
     shape_ops,
     yolo,
 )

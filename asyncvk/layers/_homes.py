@@ -41,6 +41,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "reduction": ("Reduction", "Softmax"),
     "resample": ("Interp",),
     "reshape": ("Flatten", "Reshape"),
+    "scan": ("ArgMax", "CumulativeSum"),
     "shape_ops": ("Cast", "ExpandDims", "Squeeze", "Tile"),
     "yolo": ("YoloDetectionOutput", "Yolov3DetectionOutput"),
 }

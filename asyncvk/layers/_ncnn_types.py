@@ -1,12 +1,13 @@
-"""The layer types ncnn implements (its ``src/CMakeLists.txt``, ``ncnn_add_layer``, at the
-version the ncnn wheel of the tests ships): what ``asyncvk layers`` reports support against."""
+"""The layer types ncnn builds (its ``src/CMakeLists.txt``, ``ncnn_add_layer``, at the version
+the ncnn wheel of the tests ships; ArgMax and SPP are in its source but off in its builds):
+what ``asyncvk layers`` reports support against."""
 
 from __future__ import annotations
 
 NCNN_LAYER_TYPES = (
-    "AbsVal ArgMax BatchNorm Bias BNLL Concat Convolution Crop Deconvolution Dropout Eltwise "
+    "AbsVal BatchNorm Bias BNLL Concat Convolution Crop Deconvolution Dropout Eltwise "
     "ELU Embed Exp Flatten InnerProduct Input Log LRN MemoryData MVN Pooling Power PReLU "
-    "Proposal Reduction ReLU Reshape ROIPooling Scale Sigmoid Slice Softmax Split SPP TanH "
+    "Proposal Reduction ReLU Reshape ROIPooling Scale Sigmoid Slice Softmax Split TanH "
     "Threshold Tile RNN LSTM BinaryOp UnaryOp ConvolutionDepthWise Padding Squeeze ExpandDims "
     "Normalize Permute PriorBox DetectionOutput Interp DeconvolutionDepthWise ShuffleChannel "
     "InstanceNorm Clip Reorg YoloDetectionOutput Quantize Dequantize Yolov3DetectionOutput "
