@@ -8,6 +8,8 @@
 //   25 acos   26 atan   27 reciprocal   28 log10   29 round (half to even)   30 trunc
 //   31 scale(a): x * a   32 threshold(a): x > a ? 1 : 0   33 x rounded to fp16
 //   34 x rounded to bf16 (both to nearest even, as ncnn's Cast)
+//   35 shrink(a=lambd, b=bias)   36 celu(a=alpha)   37 selu(a=alpha*lambda, b=lambda)
+//   38 bnll   39 softplus   40 erf
 // Every op gives NaN for NaN, as ncnn's layers do (ReLU is x < 0 ? x * slope : x, Clip and the
 // hard ops compare, which NaN fails); GLSL's max()/clamp() would be free to drop it.
 layout(local_size_x_id = 233, local_size_y_id = 234, local_size_z_id = 235) in;
@@ -34,8 +36,38 @@ float round_fp16(float x) {
     return abs(r) > 65504.0 ? sign(r) * uintBitsToFloat(0x7f800000u) : r;
 }
 
+// erf to within 2 float32 ulps (3 with the device's exp): x * P(x^2) below 1, else
+// 1 - exp(Q(|x| - 2.5)) with Q fitted to log(erfc) on [1, 4] (erfc(4) < 2^-25: 1 beyond).
+// Least-squares fits made for asyncvk in float64, checked in float32 against libm's erf.
+float erf_f32(float x) {
+    float ax = abs(x);
+    if (ax < 1.0) {
+        float t = x * x;
+        float p = -0.000562539615;
+        p = p * t + 0.00491602346;
+        p = p * t - 0.0267099496;
+        p = p * t + 0.112801306;
+        p = p * t - 0.37612319;
+        p = p * t + 1.12837911;
+        return x * p;
+    }
+    float u = min(ax, 4.0) - 2.5;
+    float q = 3.87770825e-07;
+    q = q * u - 1.94654749e-05;
+    q = q * u + 6.66940759e-05;
+    q = q * u - 0.00042608814;
+    q = q * u + 0.00216799392;
+    q = q * u - 0.0108544594;
+    q = q * u - 0.943892658;
+    q = q * u - 5.35268068;
+    q = q * u - 7.80681515;
+    float r = 1.0 - exp(q);
+    return x < 0.0 ? -r : r;
+}
+
 float activate(float x) {
     if (op == 32) return x > a ? 1.0 : 0.0;  // NaN fails the comparison: 0, as ncnn
+    if (op == 35) return x < -a ? x + b : (x > a ? x - b : 0.0);  // NaN: 0, as ncnn
     if (op == 0 || is_nan(x)) return x;
     if (op == 1) return x < 0.0 ? (a == 0.0 ? 0.0 : x * a) : x;
     if (op == 2) {
@@ -90,6 +122,13 @@ float activate(float x) {
     if (op == 30) return trunc(x);
     if (op == 31) return x * a;
     if (op == 33) return round_fp16(x);
+    if (op == 36) return x < 0.0 ? (exp(x / a) - 1.0) * a : x;
+    if (op == 37) return x < 0.0 ? (exp(x) - 1.0) * a : x * b;
+    // BNLL and Softplus as ncnn writes them: log(1 + e) rounds 1 + e first, and Softplus
+    // overflows to inf past x = 88.7 where exp does
+    if (op == 38) return x > 0.0 ? x + log(1.0 + exp(-x)) : log(1.0 + exp(x));
+    if (op == 39) return log(exp(x) + 1.0);
+    if (op == 40) return erf_f32(x);
     if (op == 34) {
         uint u = floatBitsToUint(x);  // not NaN here: the carry cannot reach the sign
         return uintBitsToFloat((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);

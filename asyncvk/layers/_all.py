@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     activation,
+    activation_more,
     attention,
     binary,
     borders,
@@ -10,6 +11,8 @@ from . import (  # noqa: F401
     deconvolution,
     detection,
     elementwise_math,
+    embed,
+    fold,
     gridsample,
     innerproduct,
     inputs,
@@ -17,7 +20,10 @@ from . import (  # noqa: F401
     matmul,
     normalization,
     norms,
+    norms_more,
     pooling,
+    rearrange,
+    recurrent,
     reduction,
     resample,
     reshape,
