@@ -9,9 +9,9 @@ reading, at which offset, and how many bytes it wanted.
 
 - ``0x01306B47``: fp16, alignSize(w * 2, 4) bytes;
 - ``0x000D4B38``: int8, alignSize(w, 4) bytes: only where the layer reads through
-  ``load_int8_or_float`` (int8 Convolution / ConvolutionDepthWise / InnerProduct weights, given
-  back as an int8 array as ncnn's elemsize-1 Mat); elsewhere an error, as ncnn would run
-  garbage;
+  ``load_int8_or_float`` (int8 Convolution / ConvolutionDepthWise / InnerProduct / Embed
+  weights, given back as an int8 array as ncnn's elemsize-1 Mat); elsewhere an error, as ncnn
+  would run garbage;
 - ``0x0002C056``: raw fp32 "with extra scaling", w * 4 bytes;
 - ``0``: raw fp32, w * 4 bytes;
 - any other value: a 256-float codebook, then alignSize(w, 4) uint8 indexes into it.
@@ -121,7 +121,7 @@ class ModelBinReader:
             self._fail(
                 f"int8-quantized weights (tag 0x{TAG_INT8:08x} at offset {tag_offset}) in a "
                 "layer that takes no int8 weights (only Convolution, ConvolutionDepthWise and "
-                "InnerProduct with param 8 int8_scale_term do)"
+                "InnerProduct with param 8 int8_scale_term, and Embed with param 18, do)"
             )
         if tag in (0, TAG_FP32_SCALED):
             return self._floats(w, "float32 data")
