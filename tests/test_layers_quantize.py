@@ -20,7 +20,7 @@ import pytest
 from conftest import needs_vulkan
 from ncnn_oracle import Model, assert_close_to_ncnn, asyncvk_forward, raw, write_model
 
-from asyncvk import InputError
+from asyncvk import InputError, Net
 from asyncvk._errors import ModelFormatError
 
 pytest.importorskip("ncnn")
@@ -339,3 +339,20 @@ async def test_quantize_into_an_int8_convolution_with_a_bottom_scale_of_1(
     theirs = ncnn_run(model, x)
     got = await ours(model, x, gpu)
     assert_close_to_ncnn(got, theirs, ulps=1)
+
+
+async def test_an_int8_layer_reading_quantize_output_is_refused_at_load(tmp_path: Path) -> None:
+    """ncnn's int8 convolution takes Quantize's int8 blob as it is; asyncvk's quantizes its
+    float input again, so the chain is refused instead of answering differently."""
+    text = """7767517
+    3 3
+    Input in0 0 1 in0
+    Quantize q0 1 1 in0 q 0=1
+    Convolution c0 1 1 q out0 0=2 1=1 5=1 6=6 8=2
+    """
+    m = write_model(tmp_path, text)
+    with pytest.raises(
+        ModelFormatError, match=r"m.param:5, .*int8_scale_term reads the int8 output"
+    ):
+        async with Net() as net:
+            await net.load_param(m.param)

@@ -101,6 +101,7 @@ def build_graph(param: ParamFile) -> Graph:
             )
             layer.load_param(decl.params)
             layer.check_blob_counts(len(decl.bottoms), len(decl.tops))
+            _refuse_integer_input(layer, [nodes[producer[blob_index[b]]] for b in decl.bottoms])
         except ModelFormatError:
             raise
         except Exception as exc:  # whatever a layer raises, the user is told where
@@ -110,6 +111,24 @@ def build_graph(param: ParamFile) -> Graph:
         nodes.append(GraphNode(i, layer, bottoms, tops, decl.line, decl.params))
         producer.update((t, i) for t in tops)
     return Graph(param, tuple(nodes), MappingProxyType(blob_index), MappingProxyType(producer))
+
+
+#: layers whose output holds integers (int8 in ncnn), held as exact float32 values here
+_INTEGER_OUTPUTS = frozenset({"Quantize", "Requantize"})
+
+
+def _refuse_integer_input(layer: Layer, producers: list[GraphNode]) -> None:
+    """An int8 layer (param 8 int8_scale_term) quantizes its float input with its own scale;
+    ncnn takes an int8 blob from Quantize or Requantize as it is. asyncvk cannot tell the two
+    apart in a blob, so it refuses that chain rather than answer differently."""
+    if not getattr(layer, "int8_scale_term", 0):
+        return
+    for node in producers:
+        if node.layer.type_name in _INTEGER_OUTPUTS:
+            raise ValueError(
+                f"{layer.type_name} with param 8 int8_scale_term reads the int8 output of "
+                f"{node.layer.type_name} {node.layer.name!r} (line {node.line}): not supported"
+            )
 
 
 def load_weights(graph: Graph, reader: ModelBinReader) -> Graph:
