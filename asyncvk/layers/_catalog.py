@@ -64,9 +64,15 @@ def _where(info: LayerInfo) -> str:
 
 
 def _counts(infos: tuple[LayerInfo, ...]) -> tuple[int, int, int]:
-    """(on the GPU, on the CPU, not supported)."""
-    on = [info.runs_on for info in infos]
+    """Of ncnn's types: (on the GPU, on the CPU, not supported)."""
+    on = [info.runs_on for info in infos if info.type in NCNN_LAYER_TYPES]
     return on.count("GPU"), on.count("CPU"), on.count("none")
+
+
+def _extras(infos: tuple[LayerInfo, ...]) -> str:
+    """The types asyncvk runs that ncnn's builds leave out, as a sentence (or "")."""
+    extra = [f"{i.type} ({_where(i)})" for i in infos if i.type not in NCNN_LAYER_TYPES]
+    return f" Also {', '.join(extra)}, which ncnn's builds leave out." if extra else ""
 
 
 def layers_text(infos: tuple[LayerInfo, ...]) -> str:
@@ -74,7 +80,8 @@ def layers_text(infos: tuple[LayerInfo, ...]) -> str:
     gpu, cpu, none = _counts(infos)
     width = max((len(info.type) for info in infos), default=4)
     lines = [
-        f"{len(infos)} ncnn layer types: {gpu} on the GPU, {cpu} on the CPU, {none} not supported"
+        f"{gpu + cpu + none} ncnn layer types: {gpu} on the GPU, {cpu} on the CPU, "
+        f"{none} not supported.{_extras(infos)}"
     ]
     lines += [f"{info.type:<{width}}  {_where(info)}" for info in infos]
     return "\n".join(lines) + "\n"
@@ -88,11 +95,11 @@ def layers_markdown(infos: tuple[LayerInfo, ...]) -> str:
         "",
         f"<!-- Generated from the layer registry by `{REGENERATE}`; do not edit. -->",
         "",
-        f"Of ncnn's {len(infos)} layer types, asyncvk runs {gpu} on the GPU (Vulkan) and "
+        f"Of ncnn's {gpu + cpu + none} layer types, asyncvk runs {gpu} on the GPU (Vulkan) and "
         f"{cpu} on the CPU (their numpy reference, between GPU steps); {none} are not supported. "
         'A GPU type marked "CPU for some params or shapes" runs its numpy reference for the '
         "cases its shader does not cover. A model with a type that is not supported is refused "
-        "at load, with every such type and its lines named.",
+        f"at load, with every such type and its lines named.{_extras(infos)}",
         "",
         "`asyncvk layers` prints this table for the installed version (`--json` for tools).",
         "",
