@@ -64,6 +64,31 @@ async def test_reshape_by_expression_matches_ncnn(
         assert_close(ours["out0"], theirs, f"{expr} ({'gpu' if gpu else 'cpu'})")
 
 
+BATCHED = [
+    # (input shape, params): pnnx's reshapes of a batch-1 tensor with ncnn's batch axes
+    ((64, 1, 1), '12=0 13=0 6="1,1,//(64,0n),0n"'),
+    ((4, 6, 8), '12=0 13=0 6="-1,0c,0n"'),
+    ((4, 6, 8), '12=0 13=0 6="0w,*(0h,0c),1"'),
+    ((4, 6, 8), '12=0 13=-1 6="1,0w,*(0h,0c)"'),
+    ((4, 6, 8), "12=0 13=0 0=-1 1=4 2=1"),
+    ((6, 8), '12=-1 13=0 6="8,6,1"'),
+]
+
+
+@needs_vulkan
+@pytest.mark.parametrize(("shape", "params"), BATCHED, ids=[b[1] for b in BATCHED])
+async def test_reshape_with_batch_axes_matches_ncnn(
+    tmp_path: Path, shape: tuple[int, ...], params: str
+) -> None:
+    text = f"7767517\n3 3\nInput i0 0 1 in0\nReshape r0 1 1 in0 mid {params}\n"
+    m = write_model(tmp_path, text + "ReLU relu0 1 1 mid out0")
+    x = np.random.default_rng(11).standard_normal(shape).astype(np.float32)
+    theirs = ncnn_forward(m, {"in0": x}, ["out0"])["out0"]
+    for gpu in (True, False):
+        ours, _ = await asyncvk_forward(m, {"in0": x}, ["out0"], gpu=gpu)
+        assert_close(ours["out0"], theirs, f"{params} ({'gpu' if gpu else 'cpu'})")
+
+
 CROPS = [
     # (input shapes, starts, ends, axes): pnnx's slices by a size (x[:, :, : x.size(2) // 2])
     ([(4, 6, 8)], "0", "//(0w,2)", "2"),
@@ -105,6 +130,7 @@ INTERPS = [
     ([(3, 5, 7)], 3, "+(0w,3)"),
     ([(3, 5, 7), (2, 9, 4)], 2, "1w,1h"),
     ([(3, 5, 7), (2, 9, 4)], 1, "1w,1h"),
+    ([(3, 5, 7), (2, 9, 4)], 2, "1w,1h 5=1"),  # pnnx's resize to another blob's size
 ]
 
 
@@ -119,7 +145,8 @@ async def test_interp_to_a_size_expression_matches_ncnn(
     ins = " ".join(f"in{i}" for i in range(n))
     lines = [f"7767517\n{n + 2} {n + 2}"]
     lines += [f"Input i{i} 0 1 in{i}" for i in range(n)]
-    lines.append(f'Interp up0 {n} 1 {ins} mid 0={resize} 9="{expr}"')
+    expr, _, more = expr.partition(" ")
+    lines.append(f'Interp up0 {n} 1 {ins} mid 0={resize} 9="{expr}" {more}')
     lines.append("ReLU relu0 1 1 mid out0")
     m = write_model(tmp_path, "\n".join(lines))
     rng = np.random.default_rng(9)

@@ -282,7 +282,7 @@ class Interp(Layer):
             (len(input_shapes) == 1 or self.expr is not None)
             and len(input_shapes[0]) == 3
             and self.resize_type in (1, 2, 3)
-            and not self.dynamic_target_size
+            and (not self.dynamic_target_size or self.expr is not None)
         )
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:

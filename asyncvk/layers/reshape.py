@@ -18,6 +18,7 @@ from ._schema import Param
 from ._shape_expr import ShapeExpr
 
 _ABSENT = -233
+_NO_BATCH = 233
 
 
 @register_layer("Reshape")
@@ -34,16 +35,19 @@ class Reshape(ShareInputOnGpu):
     shape_expr = Param(6, str)
     #: the parsed ``shape_expr`` (None: the sizes are params 0, 1, 11 and 2)
     expr: ShapeExpr | None = None
-    #: the batch axis params: refused unless left at ncnn's 233
-    batch_axis_in = Param(12, int, 233)
-    batch_axis_out = Param(13, int, 233)
+    #: the input's and output's batch axis (233: none), as pnnx writes them around a tensor of
+    #: batch 1; asyncvk's blobs hold one item, so the batch dim is 1 on both sides
+    batch_axis_in = Param(12, int, _NO_BATCH)
+    batch_axis_out = Param(13, int, _NO_BATCH)
+
+    @property
+    def batched(self) -> bool:
+        return self.batch_axis_in != _NO_BATCH or self.batch_axis_out != _NO_BATCH
 
     def validate(self) -> None:
-        if self.batch_axis_in != 233 or self.batch_axis_out != 233:
-            raise ValueError("Reshape: params 12/13 (batch axis) unsupported")
         self.expr = ShapeExpr(self.shape_expr) if self.shape_expr else None
         if self.expr is not None:
-            if len(self.expr.terms) > 4:
+            if len(self.expr.terms) > (5 if self.batched else 4):
                 raise ValueError(
                     f"Reshape: param 6 {self.shape_expr!r} gives {len(self.expr.terms)} sizes, "
                     "at most 4"
@@ -82,6 +86,8 @@ class Reshape(ShareInputOnGpu):
         shape = tuple(input_shapes[0])
         given = shape4(shape)  # (w, h, d, c)
         total = math.prod(given)
+        if self.batched:
+            return [self._batched_shape(input_shapes)]
         sizes = self._whdc() if self.expr is None else self._evaluated(input_shapes)
         wanted = [g if v == 0 else v for v, g in zip(sizes, given, strict=True)]
         # numpy order, the absent dims dropped: (w,), (h, w), (c, h, w), (c, d, h, w)
@@ -97,6 +103,46 @@ class Reshape(ShareInputOnGpu):
 
     def _whdc(self) -> tuple[int, int, int, int]:
         return (self.w, self.h, self.d, self.c)
+
+    def _batched_shape(self, input_shapes: list[Shape]) -> Shape:
+        """ncnn's reshape with batch axes (its resolve_batch_shape) for a batch of one: the
+        input's logical shape has a 1 at ``batch_axis_in``; the output's sizes (numpy order)
+        resolve 0 and -1 against it; the output's dim at ``batch_axis_out`` must be 1 and
+        goes. The data keeps its order, as a batch of one moves nothing."""
+        shape = tuple(input_shapes[0])
+        logical = list(shape)
+        if self.batch_axis_in != _NO_BATCH:
+            axis = self.batch_axis_in + (len(shape) + 1 if self.batch_axis_in < 0 else 0)
+            if not 0 <= axis <= len(shape):
+                raise ValueError(f"Reshape: param 12 batch axis {self.batch_axis_in} for {shape}")
+            logical.insert(axis, 1)
+        if self.expr is not None:
+            out = self.expr.evaluate(input_shapes)[::-1]
+        else:
+            w, h, d, c = self._whdc()
+            out = {1: [w], 2: [h, w], 3: [c, h, w], 4: [c, d, h, w]}[self.ndim]
+        out_axis = self.batch_axis_out
+        if out_axis != _NO_BATCH:
+            out_axis += len(out) if out_axis < 0 else 0
+            if not 0 <= out_axis < len(out):
+                raise ValueError(f"Reshape: param 13 batch axis {self.batch_axis_out} for {out}")
+        for i, size in enumerate(out):
+            if size == 0:
+                if i >= len(logical):
+                    raise ValueError(f"Reshape: size 0 (keep) at {i} beyond the input {shape}")
+                out[i] = logical[i]
+        total = math.prod(logical)
+        if out.count(-1) == 1:
+            known = math.prod(n for n in out if n != -1)
+            out[out.index(-1)] = total // known if known > 0 else -1
+        if min(out) <= 0 or math.prod(out) != total:
+            raise ValueError(f"Reshape: cannot reshape {shape} to {tuple(out)}")
+        if out_axis != _NO_BATCH and out[out_axis] != 1:
+            raise ValueError(f"Reshape: a batch of {out[out_axis]} from a blob of one item")
+        physical = tuple(n for i, n in enumerate(out) if i != out_axis)
+        if not 1 <= len(physical) <= 4:
+            raise ValueError(f"Reshape: {len(physical)} dims from {shape}")
+        return physical
 
     def _evaluated(self, input_shapes: list[Shape]) -> tuple[int, int, int, int]:
         """The expression's sizes as (w, h, d, c): in ncnn's order w; w, h; w, h, c; or
