@@ -141,7 +141,7 @@ BAD_MHA = [
     ("0=8 1=2 2=60", "param 2 weight_data_size=60 must be a positive multiple of embed_dim=8"),
     ("0=8 1=2 2=64 3=0", "params 3 kdim=0 and 4 vdim=8 must be > 0"),
     ("0=8 1=2 2=64 5=2", "param 5 attn_mask=2"),
-    ("0=8 1=2 2=64 7=1", "param 7 kv_cache is not supported"),
+    ("0=8 1=2 2=64 7=2", "param 7 kv_cache=2 not 0/1"),
     ("0=8 1=2 2=64 18=1", "param 18 quantize_term=1"),
     (
         "0=8 1=-1 2=64",
@@ -228,7 +228,7 @@ async def test_sdpa_matches_ncnn(
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ("7=1", "param 7 kv_cache is not supported"),
+        ("7=2", "param 7 kv_cache=2 must be 0 or 1"),
         ("18=2", "param 18 int8_scale_term=2"),
         ("5=3", "param 5 attn_mask=3 must be 0 or 1"),
     ],

@@ -1,5 +1,6 @@
-"""Attention: MultiHeadAttention (ncnn's reference semantics) in numpy, and on the GPU as
-projections and per-head products through ``shaders/gemm.comp`` around ``softmax.comp``."""
+"""Attention: MultiHeadAttention and SDPA (ncnn's reference semantics) in numpy, and on the
+GPU as projections and per-head products through ``shaders/gemm.comp`` around
+``softmax.comp``. Their kv cache (param 7) is in ``_attention_cache``."""
 
 from __future__ import annotations
 
@@ -8,30 +9,25 @@ import math
 import numpy as np
 
 from ..gpu._memory import Buffer
-from ._base import BlobCount, Layer, ModelBin, Shape
-from ._gpu_api import (
-    GpuBlob,
-    GpuTarget,
-    PipelineSpec,
-    RecordContext,
-    groups_1d,
-    local_size_1d,
-    pack_push,
+from ._attention_cache import (
+    MhaRoles,
+    check_mha_past,
+    check_sdpa_past,
+    concat_seq,
+    concat_spec,
+    mha_roles,
+    past_length,
+    record_concat,
 )
+from ._attention_products import attention_specs, record_attention, softmax_rows
+from ._base import BlobCount, Layer, ModelBin, Shape
+from ._gpu_api import GpuBlob, GpuTarget, PipelineSpec, RecordContext
 from ._limits import MAX_BLOB_ELEMENTS, MAX_CHANNELS
 from ._registry import register_layer
 from ._schema import Param
 from ._strided_gemm import Operand, dispatch_gemm, gemm_spec
 
 _F32 = np.float32
-
-
-def softmax_rows(x: np.ndarray) -> np.ndarray:
-    """ncnn's softmax along the last axis: max folded from -FLT_MAX, exp, sum, divide."""
-    m = np.fmax(np.fmax.reduce(x, axis=-1, keepdims=True), _F32(-np.finfo(_F32).max))
-    with np.errstate(all="ignore"):
-        e = np.exp(x - m)
-        return np.asarray(e / np.sum(e, axis=-1, keepdims=True, dtype=_F32), _F32)
 
 
 @register_layer("MultiHeadAttention")
@@ -41,7 +37,11 @@ class MultiHeadAttention(Layer):
     an additive mask, (src, dst) or (num_heads, src, dst)), 6 scale (default
     1/sqrt(embed_dim / num_heads)). Inputs: q; q and kv; or q, k and v (each (seq, width)).
 
-    7 kv_cache and 18 quantize_term are refused.
+    7 kv_cache: the past key and value, (embed_dim, past) after the projections, come last
+    and the new caches are outputs 1 and 2. One input (self-attention) appends the current
+    key and value to the past; with k (and v) blobs a non-empty past replaces them (the
+    cross-attention keys of an encoder, computed once). The mask's width is past + current,
+    or the past's length. 18 quantize_term is refused.
     """
 
     embed_dim = Param(0, int, 0, limit=MAX_CHANNELS)
@@ -60,8 +60,8 @@ class MultiHeadAttention(Layer):
     bq = bk = bv = bo = np.zeros(0, _F32)
 
     def validate(self) -> None:
-        if self.kv_cache != 0:
-            raise ValueError("MultiHeadAttention: param 7 kv_cache is not supported")
+        if self.kv_cache not in (0, 1):
+            raise ValueError(f"MultiHeadAttention: param 7 kv_cache={self.kv_cache} not 0/1")
         if self.quantize_term != 0:
             raise ValueError(
                 f"MultiHeadAttention: param 18 quantize_term={self.quantize_term}: quantized "
@@ -96,7 +96,8 @@ class MultiHeadAttention(Layer):
         return self.scale_param
 
     def blob_counts(self) -> tuple[BlobCount, BlobCount]:
-        return (1 + self.attn_mask, 3 + self.attn_mask), (1, 1)
+        extra, outs = self.attn_mask + 2 * self.kv_cache, 1 + 2 * self.kv_cache
+        return (1 + extra, 3 + extra), (outs, outs)
 
     def load_model(self, mb: ModelBin) -> None:
         e = self.embed_dim
@@ -114,16 +115,21 @@ class MultiHeadAttention(Layer):
 
     # -- shapes ----------------------------------------------------------------------------
 
-    def _roles(self, count: int) -> tuple[int, int, int, int | None]:
-        """Input indexes of q, k, v and the mask (None: no mask), as ncnn resolves them."""
-        kv = count - self.attn_mask
-        k = 0 if kv == 1 else 1
-        v = 2 if kv == 3 else k
-        return 0, k, v, (kv if self.attn_mask else None)
+    def _roles(self, count: int) -> MhaRoles:
+        return mha_roles(count, self.attn_mask, self.kv_cache)
+
+    def _lengths(self, input_shapes: list[Shape], roles: MhaRoles) -> tuple[int, int]:
+        """(past, dst): the past's length and the keys attended to (ncnn's dst_seqlen)."""
+        cur = input_shapes[roles.k][0]
+        if roles.past is None:
+            return 0, cur
+        key, value = (input_shapes[i] for i in roles.past)
+        past = check_mha_past(self.embed_dim, key, value)
+        return past, (past + cur if roles.self_attention else past or cur)
 
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
-        qi, ki, vi, mi = self._roles(len(input_shapes))
-        q, k, v = input_shapes[qi], input_shapes[ki], input_shapes[vi]
+        r = self._roles(len(input_shapes))
+        q, k, v = input_shapes[r.q], input_shapes[r.k], input_shapes[r.v]
         for name, shape, width in (("q", q, self.qdim), ("k", k, self.kdim), ("v", v, self.vdim)):
             if len(shape) != 2 or shape[1] != width:
                 raise ValueError(
@@ -131,32 +137,43 @@ class MultiHeadAttention(Layer):
                 )
         if k[0] != v[0]:
             raise ValueError(f"MultiHeadAttention: k {k} and v {v} differ in length")
-        if mi is not None:
-            mask = tuple(input_shapes[mi])
-            if mask not in ((q[0], k[0]), (self.num_heads, q[0], k[0])):
+        _, dst = self._lengths(input_shapes, r)
+        if r.mask is not None:
+            mask = tuple(input_shapes[r.mask])
+            if mask not in ((q[0], dst), (self.num_heads, q[0], dst)):
                 raise ValueError(
-                    f"MultiHeadAttention: attn_mask must be ({q[0]}, {k[0]}) or "
-                    f"({self.num_heads}, {q[0]}, {k[0]}), got {mask}"
+                    f"MultiHeadAttention: attn_mask must be ({q[0]}, {dst}) or "
+                    f"({self.num_heads}, {q[0]}, {dst}), got {mask}"
                 )
-        return [(q[0], self.qdim)]
+        cache: Shape = (self.embed_dim, dst)
+        return [(q[0], self.qdim)] + [cache] * (2 * self.kv_cache)
 
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         xs = [np.asarray(x, _F32) for x in inputs]
         self.output_shapes([x.shape for x in xs])
-        qi, ki, vi, mi = self._roles(len(xs))
+        r = self._roles(len(xs))
+        past, _ = self._lengths([x.shape for x in xs], r)
         heads, d = self.num_heads, self.embed_dim // self.num_heads
-        q = (xs[qi] @ self.wq.T + self.bq) * _F32(self.scale)
-        k = xs[ki] @ self.wk.T + self.bk
-        v = xs[vi] @ self.wv.T + self.bv
+        q = (xs[r.q] @ self.wq.T + self.bq) * _F32(self.scale)
+        # keys and values as ncnn caches them: (embed_dim, dst)
+        pasts = [xs[i] for i in r.past] if r.past and past else []
+        if pasts and not r.self_attention:
+            kt, vt = pasts  # the cached keys replace k and v
+        else:
+            kt = (xs[r.k] @ self.wk.T + self.bk).T
+            vt = (xs[r.v] @ self.wv.T + self.bv).T
+            if pasts:
+                kt = concat_seq(pasts[0], kt, self.embed_dim)
+                vt = concat_seq(pasts[1], vt, self.embed_dim)
         qh = q.reshape(-1, heads, d).transpose(1, 0, 2)
-        kh = k.reshape(-1, heads, d).transpose(1, 0, 2)
-        vh = v.reshape(-1, heads, d).transpose(1, 0, 2)
-        scores = qh @ kh.transpose(0, 2, 1)  # (heads, src, dst)
-        if mi is not None:
-            scores = scores + xs[mi]
-        attended = softmax_rows(scores) @ vh  # (heads, src, d)
+        scores = qh @ kt.reshape(heads, d, -1)  # (heads, src, dst)
+        if r.mask is not None:
+            scores = scores + xs[r.mask]
+        attended = softmax_rows(scores) @ vt.reshape(heads, d, -1).transpose(0, 2, 1)
         merged = attended.transpose(1, 0, 2).reshape(-1, self.embed_dim)
-        return [np.asarray(merged @ self.wo.T + self.bo, _F32)]
+        out = [np.asarray(merged @ self.wo.T + self.bo, _F32)]
+        caches = [np.ascontiguousarray(kt, _F32), np.ascontiguousarray(vt, _F32)]
+        return out + caches * self.kv_cache
 
     # -- GPU -------------------------------------------------------------------------------
 
@@ -167,54 +184,61 @@ class MultiHeadAttention(Layer):
         }  # fmt: skip
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
-        return {
-            "gemm": gemm_spec(target.info, True),
-            "gemm_noc": gemm_spec(target.info, False),
-            "gemm_mask": gemm_spec(target.info, True, c_last=True),
-            "softmax": PipelineSpec("softmax", (), local_size_1d(target.info)),
-        }
+        specs = attention_specs(target) | {"gemm": gemm_spec(target.info, True)}
+        return specs | ({"concat": concat_spec(target)} if self.kv_cache else {})
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
-        qi, ki, vi, mi = self._roles(len(inputs))
-        src, dst = inputs[qi].shape[0], inputs[ki].shape[0]
+        r = self._roles(len(inputs))
+        src = inputs[r.q].shape[0]
         e, heads = self.embed_dim, self.num_heads
         d = e // heads
         q = ctx.scratch(4 * src * e)
-        k = ctx.scratch(4 * dst * e)
-        v = ctx.scratch(4 * dst * e)
-        for x, w, b, out, rows, alpha in (
-            (inputs[qi], "wq", "bq", q, src, self.scale),
-            (inputs[ki], "wk", "bk", k, dst, 1.0),
-            (inputs[vi], "wv", "bv", v, dst, 1.0),
-        ):
-            self._linear(ctx, x, w, b, out, rows, alpha)
+        self._linear(ctx, inputs[r.q], "wq", "bq", Operand(q, e, 1), src, self.scale)
+        if self.kv_cache:  # k and v in the caches, (embed_dim, dst)
+            dst = self._record_caches(ctx, r, inputs, outputs)
+            k_op = Operand(outputs[1], dst, 1, batch1=d * dst)
+            v_op = Operand(outputs[2], 1, dst, batch1=d * dst)
+        else:  # k and v as (dst, embed_dim)
+            dst = inputs[r.k].shape[0]
+            k, v = ctx.scratch(4 * dst * e), ctx.scratch(4 * dst * e)
+            self._linear(ctx, inputs[r.k], "wk", "bk", Operand(k, e, 1), dst, 1.0)
+            self._linear(ctx, inputs[r.v], "wv", "bv", Operand(v, e, 1), dst, 1.0)
+            k_op, v_op = Operand(k, 1, e, batch1=d), Operand(v, e, 1, batch1=d)
         ctx.barrier()
-        scores = ctx.scratch(4 * heads * src * dst)
         mask = None
-        if mi is not None:
-            per_head = src * dst if len(inputs[mi].shape) == 3 else 0
-            mask = Operand(inputs[mi], dst, 1, batch1=per_head)
-        dispatch_gemm(
-            ctx, "gemm_mask" if mask else "gemm_noc", (src, dst, d),
-            Operand(q, e, 1, batch1=d), Operand(k, 1, e, batch1=d),
-            Operand(scores, dst, 1, batch1=src * dst), mask, batch=(heads, 1), c_last=True,
-        )  # fmt: skip
-        ctx.barrier()
-        probs = ctx.scratch(4 * heads * src * dst)
-        local = local_size_1d(ctx.info)
-        ctx.dispatch(
-            "softmax", [scores, probs], pack_push("3i", heads * src, dst, 1),
-            groups_1d(heads * src, local, ctx.info),
-        )  # fmt: skip
-        ctx.barrier()
+        if r.mask is not None:
+            per_head = src * dst if len(inputs[r.mask].shape) == 3 else 0
+            mask = Operand(inputs[r.mask], dst, 1, batch1=per_head)
         merged = ctx.scratch(4 * src * e)
-        dispatch_gemm(
-            ctx, "gemm_noc", (src, d, dst),
-            Operand(probs, dst, 1, batch1=src * dst), Operand(v, e, 1, batch1=d),
-            Operand(merged, e, 1, batch1=d), batch=(heads, 1),
-        )  # fmt: skip
+        operands = (Operand(q, e, 1, batch1=d), k_op, v_op, Operand(merged, e, 1, batch1=d))
+        record_attention(ctx, (src, dst, d, d), (heads, 1), operands, mask, 1.0)
         ctx.barrier()
-        self._linear(ctx, merged, "wo", "bo", outputs[0], src, 1.0)
+        self._linear(ctx, merged, "wo", "bo", Operand(outputs[0], self.qdim, 1), src, 1.0)
+
+    def _record_caches(
+        self, ctx: RecordContext, r: MhaRoles, inputs: list[GpuBlob], outputs: list[GpuBlob]
+    ) -> int:
+        """Fill the cache outputs (embed_dim, dst); returns dst."""
+        e = self.embed_dim
+        assert r.past is not None
+        past_k, past_v = (inputs[i] for i in r.past)
+        past = past_length(past_k.shape, 1)
+        if past and not r.self_attention:  # the cached keys replace k and v
+            ctx.copy(past_k, 0, outputs[1], 0, e * past)
+            ctx.copy(past_v, 0, outputs[2], 0, e * past)
+            return past
+        cur = inputs[r.k].shape[0]
+        projected = []
+        for x, w, b, out in ((r.k, "wk", "bk", outputs[1]), (r.v, "wv", "bv", outputs[2])):
+            target = ctx.scratch(4 * e * cur) if past else out.buffer
+            # transposed: (embed_dim, cur), as the cache holds it
+            self._linear(ctx, inputs[x], w, b, Operand(target, 1, cur), cur, 1.0)
+            projected.append(target)
+        if past:
+            ctx.barrier()
+            record_concat(ctx, past_k, projected[0], outputs[1], e, (past, cur))
+            record_concat(ctx, past_v, projected[1], outputs[2], e, (past, cur))
+        return past + cur
 
     def _linear(
         self,
@@ -222,7 +246,7 @@ class MultiHeadAttention(Layer):
         x: Buffer | GpuBlob,
         weight: str,
         bias: str,
-        out: Buffer | GpuBlob,
+        out: Operand,
         rows: int,
         alpha: float,
     ) -> None:
@@ -230,7 +254,7 @@ class MultiHeadAttention(Layer):
         n, k = getattr(self, weight).shape
         dispatch_gemm(
             ctx, "gemm", (rows, n, k),
-            Operand(x, k, 1), Operand(ctx.weight(weight), 1, k), Operand(out, n, 1),
+            Operand(x, k, 1), Operand(ctx.weight(weight), 1, k), out,
             Operand(ctx.weight(bias), 0, 1), alpha=alpha,
         )  # fmt: skip
 
@@ -250,7 +274,9 @@ class SDPA(Layer):
     dim), v (groups, dst, out_dim) and, with 5 attn_mask, an additive mask (src, dst) or
     (1 or heads, src, dst); heads share k and v in groups (grouped-query attention).
     ``softmax(q @ k.T * scale + mask) @ v`` with 6 scale (0: 1/sqrt(dim)), per head; the
-    output is (heads, src, out_dim). 7 kv_cache and 18 int8_scale_term are refused."""
+    output is (heads, src, out_dim). 7 kv_cache: the past key and value come last, the keys
+    attended to are past then current (the mask's width is their sum) and outputs 1 and 2
+    are those caches, (groups, past + cur, dim). 18 int8_scale_term is refused."""
 
     attn_mask = Param(5, int, 0)
     scale_param = Param(6, float, 0.0)
@@ -261,8 +287,8 @@ class SDPA(Layer):
     gpu = True
 
     def validate(self) -> None:
-        if self.kv_cache != 0:
-            raise ValueError("SDPA: param 7 kv_cache is not supported")
+        if self.kv_cache not in (0, 1):
+            raise ValueError(f"SDPA: param 7 kv_cache={self.kv_cache} must be 0 or 1")
         if self.int8_scale_term != 0:
             raise ValueError(
                 f"SDPA: param 18 int8_scale_term={self.int8_scale_term}: int8 is not supported"
@@ -271,8 +297,8 @@ class SDPA(Layer):
             raise ValueError(f"SDPA: param 5 attn_mask={self.attn_mask} must be 0 or 1")
 
     def blob_counts(self) -> tuple[BlobCount, BlobCount]:
-        n = 3 + self.attn_mask
-        return (n, n), (1, 1)
+        n, outs = 3 + self.attn_mask + 2 * self.kv_cache, 1 + 2 * self.kv_cache
+        return (n, n), (outs, outs)
 
     def scale(self, dim: int) -> float:
         if self.scale_param == 0.0:
@@ -280,15 +306,20 @@ class SDPA(Layer):
         return self.scale_param
 
     def output_shapes(self, input_shapes: list[Shape]) -> list[Shape]:
-        (heads, src, dim), (groups, dst, kdim), (vgroups, vlen, out_dim) = (
+        (heads, src, dim), (groups, cur, kdim), (vgroups, vlen, out_dim) = (
             _heads(tuple(s)) for s in input_shapes[:3]
         )
-        if kdim != dim or vlen != dst or vgroups != groups:
+        if kdim != dim or vlen != cur or vgroups != groups:
             raise ValueError(
                 f"SDPA: k {input_shapes[1]} and v {input_shapes[2]} do not fit q {input_shapes[0]}"
             )
         if heads % groups:
             raise ValueError(f"SDPA: {heads} query heads do not split into {groups} groups")
+        past = 0
+        if self.kv_cache:
+            key, value = input_shapes[3 + self.attn_mask :]
+            past = check_sdpa_past(tuple(key), tuple(value), groups, dim, out_dim)
+        dst = past + cur
         if self.attn_mask:
             mask = tuple(input_shapes[3])
             if mask not in ((src, dst), (1, src, dst), (heads, src, dst)):
@@ -296,55 +327,51 @@ class SDPA(Layer):
                     f"SDPA: attn_mask must be ({src}, {dst}) or (1 or {heads}, {src}, {dst}), "
                     f"got {mask}"
                 )
-        return [(heads, src, out_dim)]
+        caches = [(groups, dst, dim), (groups, dst, out_dim)] if past else input_shapes[1:3]
+        return [(heads, src, out_dim)] + [tuple(c) for c in caches] * self.kv_cache
 
     def forward(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         xs = [np.asarray(x, _F32) for x in inputs]
-        (shape,) = self.output_shapes([x.shape for x in xs])
+        shapes = self.output_shapes([x.shape for x in xs])
         q, k, v = (x.reshape(_heads(x.shape)) for x in xs[:3])
-        per_group = q.shape[0] // k.shape[0]
-        k = np.repeat(k, per_group, axis=0)
-        v = np.repeat(v, per_group, axis=0)
-        scores = (q @ k.transpose(0, 2, 1)) * _F32(self.scale(q.shape[2]))
+        groups = k.shape[0]
+        if self.kv_cache and xs[-2].size:  # past then current, per group
+            k = concat_seq(xs[-2], k, groups).reshape(groups, -1, k.shape[2])
+            v = concat_seq(xs[-1], v, groups).reshape(groups, -1, v.shape[2])
+        per_group, scale = q.shape[0] // groups, _F32(self.scale(q.shape[2]))
+        scores = (q @ np.repeat(k, per_group, axis=0).transpose(0, 2, 1)) * scale
         if self.attn_mask:
             scores = scores + xs[3]
-        return [np.asarray(softmax_rows(scores) @ v, _F32).reshape(shape)]
+        out = np.asarray(softmax_rows(scores) @ np.repeat(v, per_group, axis=0), _F32)
+        caches = [np.ascontiguousarray(k), np.ascontiguousarray(v)] * self.kv_cache
+        return [x.reshape(shape) for x, shape in zip([out, *caches], shapes, strict=True)]
 
     # -- GPU -------------------------------------------------------------------------------
 
     def pipeline_specs(self, target: GpuTarget) -> dict[str, PipelineSpec]:
-        return {
-            "gemm_noc": gemm_spec(target.info, False),
-            "gemm_mask": gemm_spec(target.info, True, c_last=True),
-            "softmax": PipelineSpec("softmax", (), local_size_1d(target.info)),
-        }
+        cache = {"concat": concat_spec(target)} if self.kv_cache else {}
+        return attention_specs(target) | cache
 
     def record(self, ctx: RecordContext, inputs: list[GpuBlob], outputs: list[GpuBlob]) -> None:
         (heads, src, dim), (groups, dst, _), (_, _, out_dim) = (_heads(x.shape) for x in inputs[:3])
+        key, value = inputs[1], inputs[2]
+        if self.kv_cache:  # the caches, past then current in each group, are the keys
+            past_k, past_v = inputs[-2:]
+            past = past_length(past_k.shape, -2)
+            record_concat(ctx, past_k, key, outputs[1], groups, (past * dim, dst * dim))
+            record_concat(ctx, past_v, value, outputs[2], groups, (past * out_dim, dst * out_dim))
+            key, value, dst = outputs[1], outputs[2], past + dst
+            ctx.barrier()
         per = heads // groups  # batch level 1: the group, level 2: the head within it
-        scores = ctx.scratch(4 * heads * src * dst)
         mask = None
         if self.attn_mask:
             each = src * dst if len(inputs[3].shape) == 3 and inputs[3].shape[0] > 1 else 0
             mask = Operand(inputs[3], dst, 1, per * each, each)
-        dispatch_gemm(
-            ctx, "gemm_mask" if mask else "gemm_noc", (src, dst, dim),
+        operands = (
             Operand(inputs[0], dim, 1, per * src * dim, src * dim),
-            Operand(inputs[1], 1, dim, dst * dim, 0),
-            Operand(scores, dst, 1, per * src * dst, src * dst),
-            mask, alpha=self.scale(dim), batch=(groups, per), c_last=True,
-        )  # fmt: skip
-        ctx.barrier()
-        probs = ctx.scratch(4 * heads * src * dst)
-        ctx.dispatch(
-            "softmax", [scores, probs], pack_push("3i", heads * src, dst, 1),
-            groups_1d(heads * src, local_size_1d(ctx.info), ctx.info),
-        )  # fmt: skip
-        ctx.barrier()
-        dispatch_gemm(
-            ctx, "gemm_noc", (src, out_dim, dst),
-            Operand(probs, dst, 1, per * src * dst, src * dst),
-            Operand(inputs[2], out_dim, 1, dst * out_dim, 0),
+            Operand(key, 1, dim, dst * dim, 0),
+            Operand(value, out_dim, 1, dst * out_dim, 0),
             Operand(outputs[0], out_dim, 1, per * src * out_dim, src * out_dim),
-            batch=(groups, per),
-        )  # fmt: skip
+        )
+        sizes = (src, dst, dim, out_dim)
+        record_attention(ctx, sizes, (groups, per), operands, mask, self.scale(dim))
