@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     convolution,
     data_movement,
     deconvolution,
+    deformable,
     detection,
     einsum,
     elementwise_math,
@@ -35,5 +36,6 @@ from . import (  # noqa: F401
     rotary,
     scan,
     shape_ops,
+    spectrogram,
     yolo,
 )

@@ -29,6 +29,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "convolution": ("Convolution", "ConvolutionDepthWise"),
     "data_movement": ("Concat", "Permute", "PixelShuffle", "ShuffleChannel", "Slice", "Split"),
     "deconvolution": ("Deconvolution", "DeconvolutionDepthWise"),
+    "deformable": ("DeformableConv2D",),
     "detection": ("DetectionOutput", "PriorBox"),
     "einsum": ("Einsum",),
     "elementwise_math": ("Exp", "Log", "Power", "Threshold"),
@@ -60,6 +61,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "rotary": ("RotaryEmbed",),
     "scan": ("ArgMax", "CumulativeSum"),
     "shape_ops": ("Cast", "ExpandDims", "Squeeze", "Tile"),
+    "spectrogram": ("InverseSpectrogram", "Spectrogram"),
     "yolo": ("YoloDetectionOutput", "Yolov3DetectionOutput"),
 }
 
