@@ -341,18 +341,24 @@ async def test_quantize_into_an_int8_convolution_with_a_bottom_scale_of_1(
     assert_close_to_ncnn(got, theirs, ulps=1)
 
 
-async def test_an_int8_layer_reading_quantize_output_is_refused_at_load(tmp_path: Path) -> None:
+async def test_an_int8_layer_reading_quantize_output_is_refused_unless_its_scale_is_1(
+    tmp_path: Path,
+) -> None:
     """ncnn's int8 convolution takes Quantize's int8 blob as it is; asyncvk's quantizes its
-    float input again, so the chain is refused instead of answering differently."""
+    input with its bottom scale again, the same only for a scale of 1: any other is refused at
+    load instead of answering differently."""
     text = """7767517
     3 3
     Input in0 0 1 in0
     Quantize q0 1 1 in0 q 0=1
     Convolution c0 1 1 q out0 0=2 1=1 5=1 6=6 8=2
     """
-    m = write_model(tmp_path, text)
-    with pytest.raises(
-        ModelFormatError, match=r"m.param:5, .*int8_scale_term reads the int8 output"
-    ):
+    weight = np.arange(-3, 3, dtype=np.float32)
+    scales = [raw(np.full(2, 0.5)), raw(np.full(1, 0.25))]  # the bottom scale: 0.25
+    data = [raw(np.full(1, 4.0)), bytes(4) + weight.tobytes(), raw(np.zeros(2)), *scales]
+    m = write_model(tmp_path, text, data)
+    says = r"m.param:5, .*bottom scale of 0.25 reads the int8 output of Quantize 'q0'"
+    with pytest.raises(ModelFormatError, match=says):
         async with Net() as net:
             await net.load_param(m.param)
+            await net.load_model(m.bin)

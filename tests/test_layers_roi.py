@@ -47,14 +47,23 @@ def _model(tmp_path: Path, layer: str) -> Model:
     return write_model(tmp_path, text)
 
 
-async def _ours(model: Model, inputs: dict[str, np.ndarray], kind: str) -> np.ndarray:
-    """The GPU output (``kind`` must not fall back to the CPU), checked equal to the CPU's to
-    the bit: both run the same float32 operations in the same order."""
+async def _both(
+    model: Model, inputs: dict[str, np.ndarray], kind: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU output (``kind`` must not fall back to the CPU) and the CPU output."""
     gpu, cpu_types = await asyncvk_forward(model, inputs, ["out0"], gpu=True)
     assert kind not in cpu_types, f"{kind} fell back to the CPU"
     cpu, _ = await asyncvk_forward(model, inputs, ["out0"], gpu=False)
-    assert np.array_equal(gpu["out0"], cpu["out0"], equal_nan=True), "GPU and CPU differ"
-    return cpu["out0"]
+    return gpu["out0"], cpu["out0"]
+
+
+async def _ours(model: Model, inputs: dict[str, np.ndarray], kind: str) -> np.ndarray:
+    """The CPU output, with the GPU's within a few float32 steps of it: the same operations in
+    the same order, but a GPU's compiler may fuse a multiply and an add (Vulkan allows it; the
+    H200's driver does, lavapipe's does not)."""
+    gpu, cpu = await _both(model, inputs, kind)
+    assert_close_to_ncnn(gpu, cpu, ulps=16, scale=float(np.nanmax(np.abs(cpu), initial=1.0)))
+    return cpu
 
 
 def _map(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -281,9 +290,13 @@ async def test_roipooling_matches_ncnn(
         rois = np.array(roi, _F) / _F(scale)
         inputs = {"feat": feat, "roi": rois}
         theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
-        ours = await _ours(model, inputs, "ROIPooling")
-        assert ours.shape == theirs.shape
-        _assert_bins(ours, planes, "ROIPooling", rois, scale, f"ours {params} {roi}")
+        # bins checked on both paths: a GPU's division may be a step off (Vulkan allows 2.5
+        # ulps), which moves an edge that falls exactly on a pixel, as in ncnn's own build
+        for path, ours in zip(
+            ("gpu", "cpu"), await _both(model, inputs, "ROIPooling"), strict=True
+        ):
+            assert ours.shape == theirs.shape
+            _assert_bins(ours, planes, "ROIPooling", rois, scale, f"{path} {params} {roi}")
         _assert_bins(theirs, planes, "ROIPooling", rois, scale, f"ncnn {params} {roi}")
 
 
@@ -320,9 +333,11 @@ async def test_psroipooling_matches_ncnn(
         rois = np.array(roi, _F) / _F(scale)
         inputs = {"feat": feat, "roi": rois}
         theirs = ncnn_forward(model, inputs, ["out0"])["out0"]
-        ours = await _ours(model, inputs, "PSROIPooling")
-        assert ours.shape == theirs.shape
-        _assert_bins(ours, planes, "PSROIPooling", rois, scale, f"ours {params} {roi}")
+        for path, ours in zip(
+            ("gpu", "cpu"), await _both(model, inputs, "PSROIPooling"), strict=True
+        ):
+            assert ours.shape == theirs.shape
+            _assert_bins(ours, planes, "PSROIPooling", rois, scale, f"{path} {params} {roi}")
         _assert_bins(theirs, planes, "PSROIPooling", rois, scale, f"ncnn {params} {roi}")
 
 

@@ -101,7 +101,6 @@ def build_graph(param: ParamFile) -> Graph:
             )
             layer.load_param(decl.params)
             layer.check_blob_counts(len(decl.bottoms), len(decl.tops))
-            _refuse_integer_input(layer, [nodes[producer[blob_index[b]]] for b in decl.bottoms])
         except ModelFormatError:
             raise
         except Exception as exc:  # whatever a layer raises, the user is told where
@@ -117,18 +116,22 @@ def build_graph(param: ParamFile) -> Graph:
 _INTEGER_OUTPUTS = frozenset({"Quantize", "Requantize"})
 
 
-def _refuse_integer_input(layer: Layer, producers: list[GraphNode]) -> None:
-    """An int8 layer (param 8 int8_scale_term) quantizes its float input with its own scale;
-    ncnn takes an int8 blob from Quantize or Requantize as it is. asyncvk cannot tell the two
-    apart in a blob, so it refuses that chain rather than answer differently."""
-    if not getattr(layer, "int8_scale_term", 0):
-        return
+def _integer_input_refusal(layer: Layer, producers: list[GraphNode]) -> str | None:
+    """An int8 layer (param 8 int8_scale_term) quantizes its float input with its bottom
+    scale; ncnn takes an int8 blob from Quantize or Requantize as it is. The two agree only
+    when that scale is 1 (the integers quantize to themselves), so any other scale on such a
+    chain is refused rather than answered differently. Checked once the scales are read."""
+    scales = getattr(layer, "int8", None) if getattr(layer, "int8_scale_term", 0) else None
+    if scales is None or scales.bottom == 1:
+        return None
     for node in producers:
         if node.layer.type_name in _INTEGER_OUTPUTS:
-            raise ValueError(
-                f"{layer.type_name} with param 8 int8_scale_term reads the int8 output of "
-                f"{node.layer.type_name} {node.layer.name!r} (line {node.line}): not supported"
+            return (
+                f"{layer.type_name} with param 8 int8_scale_term and a bottom scale of "
+                f"{float(scales.bottom):g} reads the int8 output of {node.layer.type_name} "
+                f"{node.layer.name!r} (line {node.line}): supported only with a bottom scale of 1"
             )
+    return None
 
 
 def load_weights(graph: Graph, reader: ModelBinReader) -> Graph:
@@ -147,6 +150,9 @@ def load_weights(graph: Graph, reader: ModelBinReader) -> Graph:
             raise
         except Exception as exc:
             raise model_error(exc, file=reader.source, line=node.line, layer=layer.name) from exc
+        refusal = _integer_input_refusal(layer, [nodes[graph.producer[b]] for b in node.bottoms])
+        if refusal is not None:
+            raise ModelFormatError(refusal, file=graph.source, line=node.line, layer=layer.name)
         nodes.append(dataclasses.replace(node, layer=layer))
     reader.current_layer = None
     reader.check_end()
