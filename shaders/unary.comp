@@ -124,7 +124,7 @@ float activate(float x) {
     if (op == 33) return round_fp16(x);
     if (op == 36) return x < 0.0 ? (exp(x / a) - 1.0) * a : x;
     if (op == 37) return x < 0.0 ? (exp(x) - 1.0) * a : x * b;
-    // BNLL and Softplus as ncnn writes them: log(1 + e) rounds 1 + e first, and Softplus
+    // BNLL and Softplus as ncnn writes them: log(1 + e) adds 1 and e in float32 first, and Softplus
     // overflows to inf past x = 88.7 where exp does
     if (op == 38) return x > 0.0 ? x + log(1.0 + exp(-x)) : log(1.0 + exp(x));
     if (op == 39) return log(exp(x) + 1.0);

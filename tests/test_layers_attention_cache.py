@@ -4,7 +4,7 @@ and generation loops that feed each step's caches back as the next step's past, 
 
 What the ncnn wheel (1.0.20261020, x86) can tell: its MultiHeadAttention keeps its caches per
 head, (heads, seq, head_dim), where ncnn's reference layer and asyncvk keep (embed_dim, seq)
-(``docs/developer-guide/kvcache.md``; ncnn calls cache layouts backend-specific, issue #6987),
+(``docs/developer-guide/kvcache.md``; ncnn's maintainers call cache layouts backend-specific),
 so its pasts and caches are converted here and everything else is compared as is. Its SDPA
 with a past gives wrong values in this build (even fed its own caches back), so SDPA's output
 is compared with the wheel's SDPA without a cache on the keys and values that ``sdpa.cpp``'s

@@ -140,7 +140,7 @@ def load_weights(graph: Graph, reader: ModelBinReader) -> Graph:
     changed."""
     if graph.weights_loaded:
         graph = build_graph(graph.param)
-    nodes = []
+    nodes: list[GraphNode] = []
     for node in graph.nodes:
         layer = copy.copy(node.layer)  # a layer's params are set once; weights go to the copy
         reader.current_layer = layer.name
