@@ -7,52 +7,22 @@ param, blobs the layers cannot take an InputError."""
 
 from __future__ import annotations
 
-import re
-import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import needs_vulkan
-from ncnn_oracle import assert_close, asyncvk_forward, ncnn_forward, raw, tagged, write_model
-
-from asyncvk import InputError
-from asyncvk._errors import ModelFormatError
+from one_layer_cases import (
+    ACTIVATIONS,
+    Case,
+    check_bad_params,
+    check_bad_shape,
+    check_matches_ncnn,
+)
 
 pytest.importorskip("ncnn")
 pytestmark = needs_vulkan
 
 Dims = tuple[int, int, int]
-
-
-@dataclass(frozen=True)
-class Case:
-    """One layer line (``type params``), its weights, and the (c, d, h, w) input."""
-
-    id: str
-    layer: str
-    shape: tuple[int, ...]
-    weights: tuple[int, ...] = ()  # weight (tagged) then bias (raw), as ncnn reads them
-
-    def model_text(self) -> str:
-        kind, _, params = self.layer.partition(" ")
-        # times 1 on the GPU after it: a layer sent to the CPU then shows in the plan
-        return (
-            "7767517\n3 3\nInput in0 0 1 in0\n"
-            f"{kind} op0 1 1 in0 out0 {params}\n"
-            "BinaryOp keep 1 1 out0 out1 0=2 1=1 2=1\n"
-        )
-
-
-ACTIVATIONS = {
-    "relu": "9=1",
-    "leaky": "9=2 -23310=1,0.1",
-    "clip": "9=3 -23310=2,-0.5,0.5",
-    "sigmoid": "9=4",
-    "mish": "9=5",
-    "hardswish": "9=6 -23310=2,0.2,0.5",
-}
 
 
 def conv(
@@ -170,17 +140,7 @@ CASES = CONV_CASES + DECONV_CASES + POOL_CASES
 @pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "cpu"])
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 async def test_matches_ncnn(tmp_path: Path, case: Case, gpu: bool) -> None:
-    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
-    weights = [
-        (tagged if i == 0 else raw)(rng.normal(0, 0.5, n).astype(np.float32))
-        for i, n in enumerate(case.weights)
-    ]
-    model = write_model(tmp_path, case.model_text(), weights)
-    inputs = {"in0": rng.normal(0.3, 1.5, case.shape).astype(np.float32)}
-    theirs = ncnn_forward(model, inputs, ["out1"])["out1"]
-    ours, cpu_types = await asyncvk_forward(model, inputs, ["out1"], gpu=gpu)
-    assert_close(ours["out1"], theirs, case.id)
-    assert cpu_types == set(), f"fell back to the CPU: {cpu_types}"
+    await check_matches_ncnn(tmp_path, case, gpu)
 
 
 BAD_PARAMS = [
@@ -211,11 +171,7 @@ BAD_PARAMS = [
 async def test_bad_params_name_file_line_layer_and_param(
     tmp_path: Path, layer: str, message: str
 ) -> None:
-    model = write_model(tmp_path, Case("bad", layer, ()).model_text(), [tagged(np.ones(54))])
-    with pytest.raises(ModelFormatError, match=re.escape(message)) as caught:
-        await asyncvk_forward(model, {"in0": np.ones((1, 3, 3, 3), np.float32)}, ["out0"])
-    where = (caught.value.file, caught.value.line, caught.value.layer)
-    assert where == (str(model.param), 4, "op0")
+    await check_bad_params(tmp_path, layer, message, 54, (1, 3, 3, 3))
 
 
 BAD_SHAPES = [
@@ -244,8 +200,4 @@ BAD_SHAPES = [
 async def test_a_blob_the_layer_cannot_take_is_an_input_error(
     tmp_path: Path, layer: str, shape: tuple[int, ...], message: str, gpu: bool
 ) -> None:
-    sized = re.search(r" 6=(\d+)", layer)
-    weights = [tagged(np.ones(int(sized[1])))] if sized else []
-    model = write_model(tmp_path, Case("bad", layer, shape).model_text(), weights)
-    with pytest.raises(InputError, match=re.escape(message)):
-        await asyncvk_forward(model, {"in0": np.ones(shape, np.float32)}, ["out0"], gpu=gpu)
+    await check_bad_shape(tmp_path, layer, shape, message, gpu)
