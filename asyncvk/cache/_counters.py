@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Mapping
 
 from ._statistics import BuildRecord, CacheStatistics
 
@@ -26,6 +27,14 @@ class CacheCounters:
         """Add ``delta`` to counter ``name``; ``changed``: the cache holds something new."""
         with self._lock:
             self._values[name] += delta
+            if changed:
+                self._generation += 1
+
+    def add_all(self, deltas: Mapping[str, float], *, changed: bool = False) -> None:
+        """:meth:`add` of every counter in ``deltas`` at once (one lock)."""
+        with self._lock:
+            for name, delta in deltas.items():
+                self._values[name] += delta
             if changed:
                 self._generation += 1
 

@@ -98,12 +98,12 @@ class LivePipelines:
         return artifact
 
     def _count_created(self, artifact: PipelineArtifact) -> None:
-        self._counters.add("pipelines_created", changed=True)
-        self._counters.add("create_seconds", artifact.create_seconds)
+        deltas = {"pipelines_created": 1, "create_seconds": artifact.create_seconds}
         if artifact.driver_cache_hit is True:
-            self._counters.add("driver_cache_hits")
+            deltas["driver_cache_hits"] = 1
         elif artifact.driver_cache_hit is False:
-            self._counters.add("driver_cache_misses")
+            deltas["driver_cache_misses"] = 1
+        self._counters.add_all(deltas, changed=True)
 
     def clear(self) -> None:
         """Drop every live pipeline; one a loaded model still holds goes with that model."""

@@ -101,8 +101,7 @@ class SpirvStore:
                 self._spirv[key] = spirv
                 self._spirv_info[key] = info
                 self._spirv_compiled[key] = spirv
-            self._counters.add("spirv_compiles", changed=True)
-            self._counters.add("glsl_seconds", seconds)
+            self._counters.add_all({"spirv_compiles": 1, "glsl_seconds": seconds}, changed=True)
             return spirv, info
 
         with self._lock:

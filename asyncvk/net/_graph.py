@@ -116,7 +116,9 @@ def build_graph(param: ParamFile) -> Graph:
 _INTEGER_OUTPUTS = frozenset({"Quantize", "Requantize"})
 
 
-def _integer_input_refusal(layer: Layer, producers: list[GraphNode]) -> str | None:
+def _integer_input_refusal(
+    layer: Layer, bottoms: tuple[int, ...], producer: Mapping[int, int], nodes: list[GraphNode]
+) -> str | None:
     """An int8 layer (param 8 int8_scale_term) quantizes its float input with its bottom
     scale; ncnn takes an int8 blob from Quantize or Requantize as it is. The two agree only
     when that scale is 1 (the integers quantize to themselves), so any other scale on such a
@@ -124,7 +126,7 @@ def _integer_input_refusal(layer: Layer, producers: list[GraphNode]) -> str | No
     scales = getattr(layer, "int8", None) if getattr(layer, "int8_scale_term", 0) else None
     if scales is None or scales.bottom == 1:
         return None
-    for node in producers:
+    for node in (nodes[producer[b]] for b in bottoms):
         if node.layer.type_name in _INTEGER_OUTPUTS:
             return (
                 f"{layer.type_name} with param 8 int8_scale_term and a bottom scale of "
@@ -150,7 +152,7 @@ def load_weights(graph: Graph, reader: ModelBinReader) -> Graph:
             raise
         except Exception as exc:
             raise model_error(exc, file=reader.source, line=node.line, layer=layer.name) from exc
-        refusal = _integer_input_refusal(layer, [nodes[graph.producer[b]] for b in node.bottoms])
+        refusal = _integer_input_refusal(layer, node.bottoms, graph.producer, nodes)
         if refusal is not None:
             raise ModelFormatError(refusal, file=graph.source, line=node.line, layer=layer.name)
         nodes.append(dataclasses.replace(node, layer=layer))
