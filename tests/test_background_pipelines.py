@@ -1,6 +1,6 @@
 """Background pipelines: ``load_model`` returns without waiting for a layer's faster
 alternative (the implicit-GEMM convolution), plans use what is built, and a plan recorded
-before the alternative was adopted is recorded again afterwards."""
+before the alternative was adopted is recorded again afterwards, off the request path."""
 
 from __future__ import annotations
 
@@ -94,9 +94,13 @@ async def test_load_does_not_wait_and_plans_adopt_the_gemm_once_built(
             # the first dispatch (CPU devices: they are dispatched once, then handed over)
             adopted = 1 if net.gpu_model.device.info.is_cpu else 2
             assert net.gpu_model.pipelines_version == adopted
-            second = await _extract(net, x)
             ((after,),) = net.gpu_model.plans.plans.values()
             assert after is not before  # recorded again, now with the GEMM pipelines
+            built = net.gpu_model.plans.statistics().built
+            second = await _extract(net, x)
+            stats = net.gpu_model.plans.statistics()
+            assert stats.renewed >= 1 and stats.built == built  # none on the request path
+            assert net.gpu_model.plans.plans[after.request] == [after]
             async with ProfilingExtractor(net) as ex:
                 ex.input("in0", x)
                 await ex.extract("out0")

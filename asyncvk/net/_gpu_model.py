@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
@@ -130,6 +131,8 @@ class GpuModel:
         #: background pipelines are dispatched (compiled) only then, never before a first output
         self._queue_free = asyncio.Event()
         self._released = False
+        self._recording = threading.Condition()
+        self._recordings = 0  # plans being recorded on worker threads
         self._users = 0
         self._unused: asyncio.Event | None = None
 
@@ -273,11 +276,13 @@ class GpuModel:
                 continue
             bound.attach(key, artifact)
             self.pipelines_version += 1
+            self.plans.renew()
         if built:
             await compile_at_dispatch(self.device, {id(a): a for _, _, a in built}.values())
             for bound, key, artifact in built:
                 bound.attach(key, artifact)
             self.pipelines_version += 1
+            self.plans.renew()
 
     def build_background_now(self) -> None:
         """Someone waits for the background pipelines: on CPU devices they need not wait for
@@ -285,7 +290,8 @@ class GpuModel:
         self._queue_free.set()
 
     async def settled(self, *, now: bool = True) -> None:
-        """Return once the background builds have ended (never raises their failure).
+        """Return once the background builds have ended and the plans have been recorded again
+        with what they adopted (never raises their failure).
 
         ``now``: the caller waits for them, so on CPU devices they need not wait for a first
         extraction to end (False: they keep their turn)."""
@@ -293,6 +299,7 @@ class GpuModel:
             self.build_background_now()
         if self.background is not None and not self.background.done():
             await asyncio.wait([self.background])
+        await self.plans.renewed()  # the plans recorded again with what they adopted
 
     def _upload_weights(self) -> None:
         self._upload(self.bound.values(), BoundNode.gpu_weights)
@@ -319,7 +326,18 @@ class GpuModel:
                 bound.weights[name] = buffer
 
     def _make_plan(self, request: PlanRequest) -> Plan:
-        plan = Plan(self.graph, self, request)
+        """Record a plan (on a worker thread); :meth:`release` waits for those under way, as
+        a renewal records while the model serves on and may outlast its last extraction."""
+        with self._recording:
+            if self._released:
+                raise RuntimeError("the model was released while a plan was to be recorded")
+            self._recordings += 1
+        try:
+            plan = Plan(self.graph, self, request)
+        finally:
+            with self._recording:
+                self._recordings -= 1
+                self._recording.notify_all()
         self.commands_recorded += plan.commands_recorded
         return plan
 
@@ -350,11 +368,14 @@ class GpuModel:
         while self._users:
             self._unused = asyncio.Event()
             await self._unused.wait()
+        await self.plans.renewed()
         self.release()
 
     def release(self) -> None:
         """Free plans and weight buffers and drop the pipeline holds. Idempotent."""
-        self._released = True
+        with self._recording:  # a plan being recorded reads the weights and pipelines
+            self._released = True
+            self._recording.wait_for(lambda: self._recordings == 0)
         if self.background is not None:
             self.background.cancel()  # the builds go on, owned by the cache
         self.plans.release()

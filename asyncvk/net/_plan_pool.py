@@ -16,8 +16,9 @@ and, where device memory is host memory (lavapipe), so would the process's RSS. 
 free memory (the burst's request bodies and arrays) is handed back to the OS then as well.
 
 Plans of at most ``max_shapes`` shapes are kept; a new shape drops the idle plans of the oldest.
-A plan recorded before the model adopted a background pipeline is dropped when it comes back, so
-the next extraction records one that can use it.
+When the model adopts a background pipeline (:meth:`PlanPool.renew`), each shape's plans are
+recorded again on a worker thread (``PlanRenewals``) while the old ones, still correct, serve
+on; an old plan is released once a newer one of its shape has landed and no waiter needs it.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from .._errors import AsyncVkError
 from .._threads import outlive, run_sync
 from ..gpu._memory import dedicated_blocks
+from ._heap_release import give_free_heap_back
 from ._plan import Plan, PlanRequest
+from ._plan_renewal import PlanRenewals
 
 
 def check_settings(
@@ -49,26 +51,6 @@ def check_settings(
         raise ValueError(f"plan_idle_seconds must be 0 or more, got {idle_seconds}")
     if max_waiting is not None and max_waiting < 0:
         raise ValueError(f"max_waiting_per_shape must be 0 or more, got {max_waiting}")
-
-
-def give_free_heap_back() -> None:
-    """Hand the C heap's free memory back to the OS (glibc's ``malloc_trim``; elsewhere
-    nothing). A burst's request bodies and arrays are freed when it ends, but glibc keeps
-    what it freed (its mmap threshold rises with the sizes it has seen), so RSS would stay at
-    the burst's peak until the next burst reuses it."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        import ctypes  # once, after a first burst: not on the way to a first result
-
-        try:
-            _malloc_trim = ctypes.CDLL(None).malloc_trim
-        except (AttributeError, OSError):  # not glibc
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
-
-
-_malloc_trim: Any = None
 
 
 def _describe(key: PlanRequest) -> str:
@@ -92,6 +74,7 @@ class PoolStatistics:
     peak_plans: int  #: the most plans one shape has held at once
     built: int  #: plans made since the pool was
     released: int  #: plans released since the pool was
+    renewed: int = 0  #: plans recorded again off the request path after pipelines came
 
 
 #: What a waiter is handed: a plan, or None: the right to build one (a place came free).
@@ -145,6 +128,13 @@ class PlanPool:
         self._peak = 0
         self._built = 0
         self._released = 0
+        self._renewals: PlanRenewals[PlanRequest, Plan] = PlanRenewals(
+            build=self._build_dedicated,
+            needed=self._renewal_needed,
+            land=self._land,
+            discard=Plan.release,
+            version=version,
+        )
 
     @property
     def plans(self) -> dict[PlanRequest, list[Plan]]:
@@ -164,6 +154,7 @@ class PlanPool:
             peak_plans=self._peak,
             built=self._built,
             released=self._released,
+            renewed=self._renewals.renewed,
         )
 
     async def acquire(self, key: PlanRequest) -> Plan:
@@ -173,9 +164,10 @@ class PlanPool:
         if s is None:
             self._evict_other_shapes(key)
             s = self._shapes[key] = _Shape()
-        self._drop_stale(s)
         if not s.waiters:
             if s.idle:
+                if s.idle[-1][0].pipelines_version != self._version():
+                    self._newest_idle(key, s)
                 return s.idle.pop()[0]
             if s.held < self._max_per_shape:
                 self._reserve(s)
@@ -210,11 +202,55 @@ class PlanPool:
         if s is None or plan not in s.plans:  # evicted, or the pool was released
             plan.release()
             return
-        if not self._current(plan):  # recorded before a background pipeline was adopted
-            self._release(s, plan)
-            self._pass_on(key, s, None)
-            return
+        if plan.pipelines_version != self._version():  # older than the model's pipelines
+            newest = max(p.pipelines_version for p in s.plans)
+            if plan.pipelines_version < newest:  # a newer plan of its shape has landed
+                at_newest = sum(p.pipelines_version == newest for p in s.plans)
+                if not s.waiters or at_newest >= self._max_per_shape:
+                    self._release(s, plan)  # the newer ones serve the waiters
+                    return
+            else:
+                self._renewals.start(key)
         self._pass_on(key, s, plan)
+
+    def renew(self) -> None:
+        """The model adopted pipelines: record each shape's plans again off the request path."""
+        for key in list(self._shapes):
+            self._renewals.start(key)
+
+    async def renewed(self) -> None:
+        """Return once no renewal runs."""
+        await self._renewals.wait()
+
+    def _renewal_needed(self, key: PlanRequest) -> bool:
+        """Whether ``key`` holds plans older than the model's pipelines, more of them than
+        plans at its pipelines (one renewed plan replaces one old one)."""
+        s = self._shapes.get(key)
+        if s is None or self._closed:
+            return False
+        version = self._version()
+        old = sum(p.pipelines_version < version for p in s.plans)
+        return len(s.plans) - old < min(old, self._max_per_shape)
+
+    def _land(self, key: PlanRequest, plan: Plan) -> bool:
+        """A renewed plan joins its shape (False: the shape or the pool is gone)."""
+        s = self._shapes.get(key)
+        if s is None or self._closed:
+            return False
+        s.plans.append(plan)
+        self._built += 1
+        self._drop_older_idle(s, plan.pipelines_version)
+        self._pass_on(key, s, plan)
+        return True
+
+    def _newest_idle(self, key: PlanRequest, s: _Shape) -> None:
+        """Put the idle plan of the newest pipelines last, release older idle ones, and
+        start a renewal if even that one is older than the model's pipelines."""
+        s.idle.sort(key=lambda idle: idle[0].pipelines_version)
+        newest = s.idle[-1][0]
+        self._drop_older_idle(s, newest.pipelines_version)
+        if newest.pipelines_version != self._version():
+            self._renewals.start(key)
 
     async def _make(self, key: PlanRequest, s: _Shape) -> Plan:
         """Build a plan in the place already counted in ``s.building``. A cancelled caller
@@ -324,15 +360,11 @@ class PlanPool:
         plan.release()
         self._released += 1
 
-    def _drop_stale(self, s: _Shape) -> None:
-        """Release idle plans recorded before a background pipeline was adopted."""
+    def _drop_older_idle(self, s: _Shape, version: int) -> None:
+        """Release idle plans recorded with older pipelines than ``version``."""
         for plan, _ in list(s.idle):
-            if not self._current(plan):
+            if plan.pipelines_version < version:
                 self._release(s, plan)
-
-    def _current(self, plan: Plan) -> bool:
-        """Whether ``plan`` was recorded with every pipeline the model has adopted."""
-        return plan.pipelines_version == self._version()
 
     def _evict_other_shapes(self, keep: PlanRequest) -> None:
         """Keep plans for at most ``max_shapes`` shapes: drop the oldest shape that is idle."""

@@ -37,6 +37,7 @@ HELP = {
     "asyncvk_plans_waiting": "inferences waiting for a plan",
     "asyncvk_plans_peak": "the most plans one request kind has held at once",
     "asyncvk_plans_built_total": "plans made",
+    "asyncvk_plans_renewed_total": "plans recorded again with adopted pipelines",
     "asyncvk_plans_released_total": "plans released",
     "asyncvk_device_memory_reserved_bytes": "device memory the allocator holds",
     "asyncvk_device_memory_used_bytes": "device memory in use",
@@ -172,6 +173,7 @@ def _plan_lines(net: Net) -> list[str]:
         ("plans_peak", "gauge", stats.peak_plans),
         ("plans_built_total", "counter", stats.built),
         ("plans_released_total", "counter", stats.released),
+        ("plans_renewed_total", "counter", stats.renewed),
         ("device_memory_reserved_bytes", "gauge", memory["reserved_bytes"]),
         ("device_memory_used_bytes", "gauge", memory["used_bytes"]),
     ):
