@@ -62,13 +62,26 @@ async def asyncvk_first(d: Path, count: int) -> list[float]:
     async with Net() as net:
         await net.load_param(d / "model.param")
         await net.load_model(d / "model.bin")
+        loaded = time.perf_counter()
+        model = net.gpu_model
+        if model is not None and model.background is not None:  # when the last was adopted
+            model.background.add_done_callback(lambda _: ADOPTED.append(time.perf_counter()))
         for _ in range(count):
             t = time.perf_counter()
             ex = net.create_extractor()
             ex.input(in_name, x)
             await ex.extract(out_name)
             times.append(time.perf_counter() - t)
+            VERSIONS.append(model.pipelines_version if model is not None else 0)
+        if ADOPTED:
+            ADOPTED[0] -= loaded
     return times
+
+
+#: asyncvk's model: the pipelines version after each inference, and the seconds from the end
+#: of the load to the last background pipeline's adoption (if within the inferences)
+VERSIONS: list[int] = []
+ADOPTED: list[float] = []
 
 
 def _child(runtime: str, d: Path, count: int) -> list[float]:
@@ -111,6 +124,9 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "sum_ms": round(sum(per), 3),
         "processes": len(good),
     }
+    for key in ("pipelines_versions", "all_adopted_ms"):  # the first process's
+        if key in runs[0]:
+            result[key] = runs[0][key]
     if errors:
         result["errors"] = errors
     return result
@@ -130,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         ms = [round(t * 1000, 3) for t in _child(args.child, args.child_dir, args.count)]
-        print(json.dumps({"ms": ms}))
+        extra = {"pipelines_versions": VERSIONS} if VERSIONS else {}
+        if ADOPTED:
+            extra["all_adopted_ms"] = round(ADOPTED[0] * 1000, 1)
+        print(json.dumps({"ms": ms, **extra}))
         return 0
     if args.count < 1 or args.processes < 1:
         parser.error("--count and --processes must be at least 1")

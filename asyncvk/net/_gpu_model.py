@@ -33,6 +33,7 @@ from ..layers._gpu_api import GpuTarget
 from ._bound_node import BoundNode
 from ._compile_at_dispatch import compile_at_dispatch
 from ._graph import Graph
+from ._lent_plan import LentPlan
 from ._option import Option
 from ._plan import Plan, PlanRequest
 from ._plan_pool import PlanPool
@@ -47,36 +48,6 @@ Prefetch = Callable[[Sequence[PipelineSpec]], Awaitable[None]]
 _FEATMASK_NO_VULKAN = 1 << 4
 #: A pipeline wanted: the node, its key (a name, or (name, push bytes) when shape-baked), spec.
 _Wanted = tuple[BoundNode, str | tuple[str, bytes], PipelineSpec]
-
-
-class LentPlan:
-    """``async with model.lent_plan(request) as plan``: a class rather than a generator, as
-    every extraction takes one (a generator-based one took 3.5 us against 0.65 on lavapipe's
-    2-core host)."""
-
-    __slots__ = ("_model", "_plan", "_request")
-
-    def __init__(self, model: GpuModel, request: PlanRequest) -> None:
-        self._model = model
-        self._request = request
-        self._plan: Plan | None = None
-
-    async def __aenter__(self) -> Plan:
-        model = self._model
-        model._users += 1
-        try:
-            self._plan = await model.plans.acquire(self._request)
-        except BaseException:
-            model._left()
-            raise
-        return self._plan
-
-    async def __aexit__(self, *exc: object) -> None:
-        try:
-            assert self._plan is not None
-            await self._model.plans.give_back(self._plan)
-        finally:
-            self._model._left()
 
 
 @dataclass(frozen=True)
@@ -262,21 +233,35 @@ class GpuModel:
         # while they compile: the weights only they read (Winograd's), before any is handed over
         nodes = {bound.node.index: bound for bound, _, _ in wanted}.values()
         await run_sync(self._upload, nodes, BoundNode.background_weights)
-        built: list[tuple[BoundNode, str | tuple[str, bytes], PipelineArtifact]] = []
+        users: dict[PipelineSpec, list[tuple[BoundNode, str | tuple[str, bytes]]]] = {}
         for bound, key, spec in wanted:
-            fut = started[spec]
-            try:
-                artifact = await await_shared(fut)
-            except Exception as exc:
-                log.info("background pipeline %s of %s not built: %s", key, bound.node, exc)
-                continue
-            self._held.append(artifact.acquire())
-            if compiles_at_dispatch:
-                built.append((bound, key, artifact))
-                continue
-            bound.attach(key, artifact)
-            self.pipelines_version += 1
-            self.plans.renew()
+            users.setdefault(spec, []).append((bound, key))
+        # adopted as each is built, not in the order asked: one slow compile holds back none
+        waits = {asyncio.ensure_future(await_shared(started[spec])): spec for spec in users}
+        pending = set(waits)
+        built: list[tuple[BoundNode, str | tuple[str, bytes], PipelineArtifact]] = []
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                attached = False
+                for task in done:
+                    spec = waits[task]
+                    if task.exception() is not None:
+                        log.info("background pipeline %s not built: %s", spec, task.exception())
+                        continue
+                    for bound, key in users[spec]:
+                        self._held.append(task.result().acquire())
+                        if compiles_at_dispatch:
+                            built.append((bound, key, task.result()))
+                        else:
+                            bound.attach(key, task.result())
+                            attached = True
+                if attached:  # those built together, one new version
+                    self.pipelines_version += 1
+                    self.plans.renew()
+        finally:
+            for task in pending:
+                task.cancel()  # the builds go on, owned by the cache
         if built:
             await compile_at_dispatch(self.device, {id(a): a for _, _, a in built}.values())
             for bound, key, artifact in built:
@@ -350,9 +335,12 @@ class GpuModel:
         try:
             yield
         finally:
-            self._left()
+            self.use_ends()
 
-    def _left(self) -> None:
+    def use_begins(self) -> None:
+        self._users += 1
+
+    def use_ends(self) -> None:
         self._users -= 1
         self._queue_free.set()
         if self._users == 0 and self._unused is not None:
