@@ -62,6 +62,7 @@ async def net() -> AsyncIterator[Net]:
     net = Net(Option(max_plans_per_shape=2, plan_idle_seconds=NEVER))
     await net.load_param(CUNET / "model.param")
     await net.load_model(CUNET / "model.bin")
+    await net.background_builds()  # on a GPU, real adoptions would add renewals of their own
     try:
         yield net
     finally:
