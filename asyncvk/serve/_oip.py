@@ -12,33 +12,23 @@ dims are those of the model's blob (no batch axis) runs as one item and is answe
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
-import numpy as np
 from aiohttp import web
 
-from .._errors import AsyncVkError, InputError, InputTooLargeError
-from ._batcher import QueueFull, with_batch_axis
+from .._errors import AsyncVkError, InputTooLargeError
+from ._batcher import QueueFull
 from ._body import ClientGone, RequestError, read_body
-from ._protocol import (
-    NoSuchModel,
-    config,
-    input_array,
-    model_metadata_of,
-    model_named,
-    server_metadata_of,
-)
+from ._oip_infer_body import HEADER_LENGTH, encode_reply, parse_request, split_body
+from ._protocol import NoSuchModel, config, model_metadata_of, model_named, server_metadata_of
 from ._repository import Repository, ServedModel, UnknownModel
 
 log = logging.getLogger("asyncvk.serve")
 
 MODELS_KEY: web.AppKey[dict[str, ServedModel]] = web.AppKey("models", dict)
 REPOSITORY_KEY: web.AppKey[Repository] = web.AppKey("repository", Repository)
-#: the header that splits a binary request or reply into its JSON and its tensor bytes
-HEADER_LENGTH = "Inference-Header-Content-Length"
 RETRY_AFTER = 1
 
 
@@ -211,8 +201,8 @@ async def infer(request: web.Request) -> web.Response:
         return _error(503, model.error or f"model {model.name!r} is still loading")
     body = await read_body(request)
     try:
-        header, tensors = _split_body(request, body)
-        inputs, batched, wanted, binary = _parse_request(model, header, tensors)
+        header, tensors = split_body(body, request.headers.get(HEADER_LENGTH))
+        inputs, batched, wanted, binary = parse_request(model.net, header, tensors)
         results = await model.batcher.infer(inputs, wanted)
     except QueueFull as exc:
         response = _error(503, f"busy: {exc}; try again")
@@ -225,114 +215,9 @@ async def infer(request: web.Request) -> web.Response:
     model.last_inference_ms = int(time.time() * 1000)
     if not batched:
         results = {n: a[0] for n, a in results.items()}
-    return _reply(model, header.get("id"), results, binary)
-
-
-def _split_body(request: web.Request, body: bytes) -> tuple[dict[str, Any], memoryview]:
-    """The JSON header and the tensor bytes after it (none without the binary extension)."""
-    length_text = request.headers.get(HEADER_LENGTH)
-    length = len(body)
-    if length_text is not None:
-        if not length_text.isdigit() or int(length_text) > len(body):
-            raise ValueError(
-                f"{HEADER_LENGTH}: {length_text!r} must be the JSON's byte count, at most the "
-                f"body's {len(body)}"
-            )
-        length = int(length_text)
-    try:
-        header = json.loads(bytes(body[:length]))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"the request's JSON does not parse: {exc}") from None
-    if not isinstance(header, dict) or not isinstance(header.get("inputs"), list):
-        raise ValueError('expected a JSON object with "inputs": [...]')
-    return header, memoryview(body)[length:]
-
-
-def _parse_request(
-    model: ServedModel, header: dict[str, Any], tensors: memoryview
-) -> tuple[dict[str, np.ndarray], bool, list[str] | None, dict[str, bool]]:
-    """The inputs (batch axis first), whether the request had that axis, the outputs asked for
-    (None: all) and, per output, whether it goes back as binary data."""
-    net = model.net
-    inputs: dict[str, np.ndarray] = {}
-    offset = 0
-    for tensor in header["inputs"]:
-        name, array, used = _input_tensor(tensor, tensors[offset:])
-        offset += used
-        if name not in net.input_names:
-            raise InputError(f"unknown input {name!r} (inputs: {net.input_names})")
-        if name in inputs:
-            raise InputError(f"input {name!r} sent twice")
-        inputs[name] = array
-    if offset != len(tensors):
-        raise ValueError(
-            f"{len(tensors) - offset} bytes of binary data after the last input's "
-            "(binary_data_size must add up to the body after the JSON)"
-        )
-    batched, items = with_batch_axis(net, inputs)
-    everything_binary = bool((header.get("parameters") or {}).get("binary_data_output", False))
-    binary: dict[str, bool] = {}
-    wanted: list[str] | None = None
-    if header.get("outputs"):
-        wanted = []
-        for output in header["outputs"]:
-            if not isinstance(output, dict) or not isinstance(output.get("name"), str):
-                raise ValueError('each of "outputs" must be {"name": ...}')
-            wanted.append(output["name"])
-            params = output.get("parameters") or {}
-            binary[output["name"]] = bool(params.get("binary_data", everything_binary))
-    for name in net.output_names if wanted is None else wanted:
-        binary.setdefault(name, everything_binary)
-    return items, batched, wanted, binary
-
-
-def _input_tensor(tensor: Any, tensors: memoryview) -> tuple[str, np.ndarray, int]:
-    """One input: its name, its array and the binary bytes it took."""
-    if not isinstance(tensor, dict):
-        raise ValueError('each of "inputs" must be {"name", "shape", "datatype", ...}')
-    name, shape, datatype = tensor.get("name"), tensor.get("shape"), tensor.get("datatype")
-    if not isinstance(name, str) or not isinstance(shape, list) or not isinstance(datatype, str):
-        raise ValueError('each input needs "name", "shape" (a list) and "datatype"')
-    size = (tensor.get("parameters") or {}).get("binary_data_size")
-    if size is not None:
-        if not isinstance(size, int) or size > len(tensors):
-            raise ValueError(
-                f"input {name!r}: binary_data_size {size} must be a byte count within the "
-                f"{len(tensors)} bytes after the JSON"
-            )
-        return name, input_array(name, shape, datatype, raw=tensors[:size]), size
-    data = tensor.get("data")
-    if data is None:
-        raise ValueError(f"input {name!r} has neither data nor binary_data_size")
-    return name, input_array(name, shape, datatype, values=data), 0
-
-
-def _reply(
-    model: ServedModel, request_id: Any, results: dict[str, np.ndarray], binary: dict[str, bool]
-) -> web.Response:
-    outputs = []
-    chunks = []
-    for name, array in results.items():
-        entry: dict[str, Any] = {"name": name, "datatype": "FP32", "shape": list(array.shape)}
-        if binary.get(name):
-            raw = np.ascontiguousarray(array, "<f4").tobytes()
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            chunks.append(raw)
-        else:
-            finite = np.isfinite(array)
-            if finite.all():
-                entry["data"] = array.reshape(-1).tolist()
-            else:  # JSON has no NaN or Infinity
-                cells = array.reshape(-1).astype(object)
-                cells[~finite.reshape(-1)] = None
-                entry["data"] = cells.tolist()
-        outputs.append(entry)
-    reply: dict[str, Any] = {"model_name": model.name, "model_version": "1", "outputs": outputs}
-    if request_id is not None:
-        reply["id"] = request_id
-    text = json.dumps(reply, allow_nan=False).encode()
-    if not chunks:
-        return web.Response(body=text, content_type="application/json")
-    response = web.Response(body=text + b"".join(chunks), content_type="application/octet-stream")
-    response.headers[HEADER_LENGTH] = str(len(text))
+    reply, json_length = encode_reply(model.name, header.get("id"), results, binary)
+    if json_length is None:
+        return web.Response(body=reply, content_type="application/json")
+    response = web.Response(body=reply, content_type="application/octet-stream")
+    response.headers[HEADER_LENGTH] = str(json_length)
     return response
