@@ -38,8 +38,10 @@ if _TYPE_CHECKING:
     from .gpu import get_gpu_count as get_gpu_count
     from .gpu import get_gpu_device as get_gpu_device
     from .gpu import get_gpu_info as get_gpu_info
+    from .net._group_member import MemberStatistics as MemberStatistics
     from .net._net import Extractor as Extractor
     from .net._net import Net as Net
+    from .net._net_group import NetGroup as NetGroup
     from .net._option import Option as Option
     from .shader import ShaderOptions as ShaderOptions
 
@@ -56,7 +58,9 @@ _LAZY: dict[str, str] = {
     "get_gpu_device": ".gpu",
     "get_gpu_info": ".gpu",
     "Extractor": ".net._net",
+    "MemberStatistics": ".net._group_member",
     "Net": ".net._net",
+    "NetGroup": ".net._net_group",
     "Option": ".net._option",
     "ShaderOptions": ".shader",
 }
@@ -72,7 +76,9 @@ __all__ = (
     "CacheStatistics",
     "Extractor",
     "GpuInfo",
+    "MemberStatistics",
     "Net",
+    "NetGroup",
     "Option",
     "PipelineCache",
     "SaveResult",

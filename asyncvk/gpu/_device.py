@@ -256,6 +256,19 @@ class VulkanDevice:
         with self._fence_lock:
             self._free_fences.append(fence)
 
+    def wait_for_submitted(self) -> None:
+        """Block until everything submitted so far has run: a fence submitted with no batch
+        signals once all earlier work on the queue has. Unlike vkDeviceWaitIdle this gives up
+        after ``fence_timeout_s`` (GpuTimeoutError), so a hung GPU cannot block for ever."""
+        fence = self._fence()
+        try:
+            with self._queue_lock:
+                _vk.checked.vkQueueSubmit(self.queue, 0, ffi.NULL, fence)
+        except BaseException:
+            self._recycle(fence)
+            raise
+        self.wait(fence)
+
     def run_sync(self, recorder: CommandRecorder) -> None:
         """Submit ``recorder``'s command buffer and block until the GPU has run it."""
         self.wait(self.submit(recorder))
