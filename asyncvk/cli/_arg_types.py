@@ -79,6 +79,25 @@ def count(least: int) -> Callable[[str], int]:
     return parse
 
 
+def device_list(text: str) -> list[int] | str:
+    """An argparse type: ``all``, or device indices separated by commas (``0,1``; an index may
+    repeat: two members on one GPU)."""
+    if text.strip().lower() == "all":
+        return "all"
+    indices = []
+    for part in text.split(","):
+        try:
+            value = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()!r} in {text!r} is not a device index (give 'all' or 0,1,...)"
+            ) from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"device indices are 0 or more, got {value}")
+        indices.append(value)
+    return indices
+
+
 def device_choice(text: str) -> int | str:
     """An argparse type: a device index (0 or more), or ``cpu``."""
     if text.strip().lower() == "cpu":

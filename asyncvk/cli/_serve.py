@@ -32,6 +32,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         graph_key=args.graph_key,
         remote_cache=args.remote_cache,
         device=args.device,
+        devices=args.devices,
         max_body=args.max_body,
         warm_up=dict(parse_input_shape(s) for s in args.warm_up),
         body_timeout=args.body_timeout,

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 # -- parser -------------------------------------------------------------------------------------
-from ._arg_types import count, host, port, remote_cache_arg
+from ._arg_types import count, device_list, host, port, remote_cache_arg
 from ._serve import cmd_serve
 
 
@@ -81,7 +81,17 @@ def add_serve_command(sub: Any) -> None:
     serve.add_argument("--cache-dir", metavar="DIR")
     serve.add_argument("--graph-key", metavar="KEY")
     remote_cache_arg(serve)
-    serve.add_argument("--device", type=count(0), default=None, help="Vulkan device index")
+    devices = serve.add_mutually_exclusive_group()
+    devices.add_argument("--device", type=count(0), default=None, help="Vulkan device index")
+    devices.add_argument(
+        "--devices",
+        type=device_list,
+        default=None,
+        metavar="all|0,1,...",
+        help="serve every model on each of these devices (each with its own pipeline cache, "
+        "one file per device in --cache-dir), each batch sent to the device that will finish "
+        "it first; a device that fails is taken out and its batches go to the others",
+    )
     serve.add_argument("--max-body", type=count(1), default=64 << 20, help="bytes per request")
     serve.add_argument(
         "--stay-up-on-load-error",

@@ -13,7 +13,7 @@ import operator
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -24,6 +24,8 @@ from ._group_member import GroupMember, MemberStatistics
 from ._model_source import model_source
 from ._net import Net
 from ._option import Option
+
+T = TypeVar("T")
 
 
 class NetGroup:
@@ -162,12 +164,26 @@ class NetGroup:
             outputs = await group.run({"in0": image})
         """
         names = None if outputs is None else list(outputs)  # an iterator is read once
+        return await self.call(lambda net: net.run(inputs, names))
+
+    async def call(self, work: Callable[[Net], Awaitable[T]]) -> T:
+        """``await work(net)`` with the Net of the member that should finish first, sent to
+        another member when its device fails, as :meth:`run` is: for work that ``run`` does
+        not cover (a server's batch through an :class:`Extractor`).
+
+        Example::
+
+            async def top(net: asyncvk.Net) -> np.ndarray:
+                return (await net.run({"in0": image}))["out0"].argmax()
+
+            best = await group.call(top)
+        """
         while True:
             member = self._choose()
             member.run_begins()
             start = self._clock()
             try:
-                result = await _net(member).run(inputs, names)
+                result = await work(_net(member))
             except DeviceError as exc:
                 member.run_ends(None)
                 if isinstance(exc, OutOfDeviceMemoryError):
@@ -208,6 +224,11 @@ class NetGroup:
         """Each member's Net, in the order of ``devices`` (empty before ``load_param``); a
         member taken out keeps its Net here, released."""
         return tuple(m.net for m in self._members if m.net is not None)
+
+    @property
+    def serving_members(self) -> int:
+        """Members that calls may be sent to: loaded and not taken out."""
+        return sum(m.serving for m in self._members)
 
     @property
     def devices(self) -> tuple[int, ...]:

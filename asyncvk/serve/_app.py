@@ -40,8 +40,8 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -85,6 +85,7 @@ def create_models_app(
     warm_up_batches: bool = False,
     grpc_address: str | None = None,
     reuse_port: bool = False,
+    devices: Sequence[int] | Literal["all"] | None = None,
 ) -> web.Application:
     """The app: loads the models in the background once it starts; mount it anywhere.
 
@@ -103,7 +104,9 @@ def create_models_app(
     ``poll_seconds`` (with a folder) brings the models in line with it that often.
     ``warm_up_batches``: the warm-up also records the plan of every batch size the batcher
     makes. ``grpc_address`` ("host:port"): the protocol over gRPC there too, from startup
-    (``reuse_port``: beside other processes on that port).
+    (``reuse_port``: beside other processes on that port). ``devices``: each model on every
+    one of these devices (``"all"``: each Vulkan device), its batches sent to the one that will
+    finish first, a device that fails taken out (``asyncvk.NetGroup``).
     """
     if not body_timeout > 0:
         raise ValueError(f"body_timeout must be positive, got {body_timeout}")
@@ -130,6 +133,7 @@ def create_models_app(
         warm_up=warm_up,
         folder=folder,
         warm_up_batches=warm_up_batches,
+        devices=devices,
     )
     state = ServerState()
     app[REPOSITORY_KEY] = repository

@@ -36,6 +36,7 @@ import numpy as np
 from .._errors import AsyncVkError, InputError
 from ..net._extractor import has_batch_axis
 from ..net._net import Net
+from ..net._net_group import NetGroup
 
 
 class QueueFull(AsyncVkError):
@@ -99,11 +100,13 @@ class _Request:
 
 
 class Batcher:
-    """The dynamic batcher of one Net; ``await infer(inputs)`` from any number of tasks."""
+    """The dynamic batcher of one Net, or of a NetGroup (one model on several GPUs: each batch
+    goes to the member that should finish it first, ``max_inflight`` batches per member);
+    ``await infer(inputs)`` from any number of tasks."""
 
     def __init__(
         self,
-        net: Net,
+        net: Net | NetGroup,
         settings: BatchSettings | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
@@ -164,7 +167,7 @@ class Batcher:
             if not self._queue:
                 return
             self._wake.clear()
-            if len(self._running) >= settings.max_inflight:
+            if len(self._running) >= settings.max_inflight * self._members():
                 await self._wake.wait()  # a batch ended (or a request came)
                 continue
             head = self._queue[0]
@@ -185,6 +188,12 @@ class Batcher:
             task = asyncio.ensure_future(self._run(self._take(head)))
             self._running.add(task)
             task.add_done_callback(self._batch_ended)
+
+    def _members(self) -> int:
+        """Devices the batches run on: a group's members still serving (at least one, so
+        that a group with none left still forms the batches that will fail)."""
+        net = self.net
+        return max(net.serving_members, 1) if isinstance(net, NetGroup) else 1
 
     def _key(
         self, item_shapes: Mapping[str, tuple[int, ...]], outputs: Sequence[str] | None
@@ -254,11 +263,19 @@ class Batcher:
         stats.queue_seconds += sum(start - r.arrived for r in batch)
         try:
             inputs = _joined([r.inputs for r in batch], items, self._most_items(batch[0]))
-            ex = self.net.create_extractor()
-            for name, array in inputs.items():
-                ex.input(name, array, batch_axis=True)
-            results = await ex.extract_many(batch[0].outputs)
-            self._item_bytes[batch[0].key] = ex.plan_item_bytes or 0  # 0: none on the CPU
+
+            async def extract(net: Net) -> tuple[dict[str, np.ndarray], int]:
+                ex = net.create_extractor()
+                for name, array in inputs.items():
+                    ex.input(name, array, batch_axis=True)
+                results = await ex.extract_many(batch[0].outputs)
+                return results, ex.plan_item_bytes or 0  # 0: none on the CPU
+
+            net = self.net
+            results, item_bytes = await (
+                net.call(extract) if isinstance(net, NetGroup) else extract(net)
+            )
+            self._item_bytes[batch[0].key] = item_bytes
         except Exception as exc:
             stats.failed += len(batch)
             for r in batch:

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ..cache._remote_state import metric_lines as remote_metric_lines
 from ..net._net import Net
+from ..net._net_group import NetGroup
 from ._oip import MODELS_KEY, REPOSITORY_KEY
 from ._repository import ServedModel
 from ._state import BUCKETS, NET_KEY, STATE_KEY
@@ -47,6 +48,10 @@ HELP = {
     "asyncvk_spirv_cache_hits": "shaders taken from a cache file",
     "asyncvk_pipelines_created": "Vulkan pipelines created",
     "asyncvk_ready": "1 once every model is loaded",
+    "asyncvk_device_batches_running": "batches on this device now (--devices)",
+    "asyncvk_device_batches_total": "batches this device answered",
+    "asyncvk_device_batch_seconds": "a moving mean of this device's batch times",
+    "asyncvk_device_taken_out": "1 once a failure took this device out",
 }
 
 
@@ -77,6 +82,7 @@ async def metrics(request: web.Request) -> web.Response:
     lines.append("# TYPE asyncvk_client_disconnects_total counter")
     lines.append(f"asyncvk_client_disconnects_total {state.disconnects}")
     lines += _model_lines(list(models.values()))
+    lines += _device_lines(list(models.values()))
     net = next(iter(models.values())).net if models else request.app[NET_KEY]
     lines += _plan_lines(net)
     cache = request.app[REPOSITORY_KEY].cache or net.cache
@@ -107,6 +113,28 @@ async def metrics(request: web.Request) -> web.Response:
         body=("\n".join(with_help(lines)) + "\n").encode(),
         headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
     )
+
+
+def _device_lines(models: list[ServedModel]) -> list[str]:
+    """Each device of the models served on several (``--devices``): its load, what it has
+    answered, and whether it was taken out, labelled by model, device index and member."""
+    members = [
+        (m.name, s) for m in models if isinstance(m.runner, NetGroup) for s in m.runner.statistics()
+    ]
+    if not members:
+        return []
+    lines: list[str] = []
+    for name, kind, value in (
+        ("asyncvk_device_batches_running", "gauge", lambda s: s.in_flight),
+        ("asyncvk_device_batches_total", "counter", lambda s: s.runs_done),
+        ("asyncvk_device_batch_seconds", "gauge", lambda s: f"{s.mean_run_s or 0.0:.6f}"),
+        ("asyncvk_device_taken_out", "gauge", lambda s: int(s.taken_out)),
+    ):
+        lines.append(f"# TYPE {name} {kind}")
+        for model, s in members:
+            labels = f'model="{model}",device="{s.device}",member="{s.position}"'
+            lines.append(f"{name}{{{labels}}} {value(s)}")
+    return lines
 
 
 def _model_lines(models: list[ServedModel]) -> list[str]:

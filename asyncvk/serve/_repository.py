@@ -1,5 +1,7 @@
 """The models a server serves: found in a folder (``NAME/model.param`` + ``model.bin``) or
-named one by one, each with its Net and its batcher, all on one device and one pipeline cache."""
+named one by one, each with its Net and its batcher, all on one device and one pipeline cache;
+or, with ``devices``, each model on every one of those devices (a NetGroup, each member with
+its own device and pipeline cache), its batches sent to the device that will finish first."""
 
 from __future__ import annotations
 
@@ -9,18 +11,17 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
-import numpy as np
-
-from .._errors import AsyncVkError
 from ..cache._pipeline_cache import PipelineCache
-from ..net._input_limits import check_input_size
 from ..net._net import Net
+from ..net._net_group import NetGroup
 from ..net._option import Option
 from ._batcher import Batcher, BatchSettings, BatchStatistics
+from ._warm_up import warm_up, warm_up_batches
 
 log = logging.getLogger("asyncvk.serve")
 
@@ -85,7 +86,8 @@ class ServedModel:
     """A model in the server: its files, its Net and batcher, and how its load went."""
 
     files: ModelFiles
-    net: Net
+    #: its Net, or its NetGroup when it is served on several devices
+    runner: Net | NetGroup
     batcher: Batcher
     ready: bool = False
     error: str | None = None
@@ -100,6 +102,26 @@ class ServedModel:
     @property
     def name(self) -> str:
         return self.files.name
+
+    @property
+    def net(self) -> Net:
+        """The Net that describes the model (its names and graph): a group's first member's,
+        or an unloaded one before the group has loaded."""
+        runner = self.runner
+        if isinstance(runner, Net):
+            return runner
+        nets = runner.nets
+        return nets[0] if nets else _UNLOADED
+
+    @property
+    def nets(self) -> tuple[Net, ...]:
+        """Every Net that serves the model: one per device."""
+        runner = self.runner
+        return (runner,) if isinstance(runner, Net) else runner.nets
+
+
+#: what a group's model reads for its names before it has loaded (none)
+_UNLOADED = Net()
 
 
 def _stamp(files: ModelFiles) -> tuple[int, ...]:
@@ -135,8 +157,11 @@ class Repository:
         warm_up: Mapping[str, tuple[int, ...]] | None = None,
         folder: str | None = None,
         warm_up_batches: bool = False,
+        devices: Sequence[int] | Literal["all"] | None = None,
     ) -> None:
         self.option = option
+        #: with devices, each model is a NetGroup over them (None: one Net on ``option``'s)
+        self.devices = devices
         self.warm_up_batches = warm_up_batches
         self.batching = batching
         self.warm_up = dict(warm_up or {})
@@ -157,35 +182,48 @@ class Repository:
             option = dataclasses.replace(option, pipeline_cache=self.cache)
         if self.warm_up_batches:  # the batch plans recorded before ready stay
             option = dataclasses.replace(option, idle_batch_plans=max(option.idle_batch_plans, 1))
+        if self.devices is not None:  # each member opens its own device and cache
+            group = NetGroup(self.devices, dataclasses.replace(option, pipeline_cache=None))
+            return ServedModel(files, group, Batcher(group, self.batching))
         net = Net(dataclasses.replace(option))
         return ServedModel(files, net, Batcher(net, self.batching))
 
     async def open(self) -> None:
         """Every model at once, on one device and one pipeline cache; raises the first error
         (each model keeps its own in ``error``)."""
-        if self.option.pipeline_cache is None:
+        if self.devices is not None:
+            self.cache = None  # each model's members hold their own
+        elif self.option.pipeline_cache is None:
             self.cache = await asyncio.to_thread(_open_shared_cache, self.option)
         else:
             self.cache = self.option.pipeline_cache
         if self.cache is not None:
             for model in self.models.values():
-                model.net.opt = dataclasses.replace(model.net.opt, pipeline_cache=self.cache)
+                net = model.net
+                net.opt = dataclasses.replace(net.opt, pipeline_cache=self.cache)
         await asyncio.gather(*(self._load_into(m) for m in self.models.values()))
 
     async def _load_into(self, model: ServedModel) -> None:
-        net, files = model.net, model.files
+        runner, files = model.runner, model.files
         start = time.perf_counter()
         log.info("loading %s: %s and %s", files.name, files.param, files.bin)
         stamp = _stamp(files)
         try:
-            await net.load_param(files.param)
-            await net.load_model(files.bin)
+            await runner.load_param(files.param)
+            await runner.load_model(files.bin)
+            net = model.net
             shapes = self._warm_up_shapes(net)
             if shapes:
                 t0 = time.perf_counter()
+                # through the batcher, which learns what an item takes; then a group's every
+                # member on its own (the batcher ran that one on whichever it chose)
                 await warm_up(net, shapes, model.batcher)
+                if isinstance(runner, NetGroup):
+                    for member in runner.nets:
+                        await warm_up(member, shapes)
                 if self.warm_up_batches:
-                    await warm_up_batches(net, shapes, model.batcher)
+                    for member in model.nets:
+                        await warm_up_batches(member, shapes, model.batcher)
                 model.batcher.statistics = BatchStatistics()  # the warm-up is not served
                 model.warm_up_seconds = time.perf_counter() - t0
         except Exception as exc:
@@ -218,7 +256,7 @@ class Repository:
             try:
                 await self._load_into(new)
             except BaseException:
-                await new.net.aclose()
+                await new.runner.aclose()
                 raise
             self.models[name] = new
             if old is not None:
@@ -303,10 +341,11 @@ async def _retire(model: ServedModel) -> None:
     """A model no longer reachable: answer what it took, then close its Net."""
     model.ready = False
     await model.batcher.drain()
-    await model.net.aclose()  # flushes its cache folder's save first
-    saved = (model.net.cache_status or {}).get("saved")
-    if saved:
-        log.info("pipeline cache of %s saved to %s", model.name, saved)
+    await model.runner.aclose()  # flushes its cache folder's save first
+    for net in model.nets:
+        saved = (net.cache_status or {}).get("saved")
+        if saved:
+            log.info("pipeline cache of %s saved to %s", model.name, saved)
 
 
 def _open_shared_cache(option: Option) -> PipelineCache | None:
@@ -317,60 +356,6 @@ def _open_shared_cache(option: Option) -> PipelineCache | None:
         return None
     device = get_gpu_device(option.vulkan_device)
     return PipelineCache(device, max_workers=option.num_compile_threads)
-
-
-async def warm_up(
-    net: Net, shapes: Mapping[str, tuple[int, ...]], batcher: Batcher | None = None
-) -> None:
-    """One inference on zeros (through ``batcher``, which learns what an item of these shapes
-    takes in memory); then the pipelines built in the background (the Winograd passes on
-    lavapipe, which waits for a first inference to compile them) are adopted and, if any were,
-    a second inference records the plan again with them: ready means none is left."""
-    before = net.gpu_model.pipelines_version if net.gpu_model is not None else 0
-    await _infer_zeros(net, shapes, batcher)
-    await net.background_builds()
-    if net.gpu_model is not None and net.gpu_model.pipelines_version != before:
-        await _infer_zeros(net, shapes, batcher)
-
-
-async def warm_up_batches(
-    net: Net, shapes: Mapping[str, tuple[int, ...]], batcher: Batcher
-) -> None:
-    """The plan of every batch size the batcher makes (powers of two up to ``max_batch``, and
-    whose items fit ``max_batch_bytes``), recorded now: a burst's first batches then pay no
-    recording (for a 950-layer model, a batch of 16 took 1.5 s to record on an H200, in the
-    first burst's tail). The batch of one is the warm-up's own, which told the batcher what an
-    item takes."""
-    settings = batcher.settings
-    item_bytes = batcher.item_bytes(shapes)
-    if item_bytes is None:
-        raise RuntimeError("warm_up_batches needs the warm-up's batch of one to have run")
-    size = 2
-    while size <= settings.max_batch and size * item_bytes <= settings.max_batch_bytes:
-        ex = net.create_extractor()
-        for name, shape in shapes.items():
-            ex.input(name, np.zeros((size, *shape), np.float32), batch_axis=True)
-        await ex.extract_many(net.output_names)
-        size *= 2
-
-
-async def _infer_zeros(
-    net: Net, shapes: Mapping[str, tuple[int, ...]], batcher: Batcher | None
-) -> None:
-    ex = net.create_extractor()
-    for name, shape in shapes.items():
-        check_input_size(f"warm-up input {name}", shape)
-        try:
-            ex.input(name, np.zeros(shape, np.float32))
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"warm-up input {name}={shape}: {exc}") from exc
-    try:
-        if batcher is None:
-            await ex.extract_many(net.output_names)
-        else:
-            await batcher.infer({n: np.zeros((1, *s), np.float32) for n, s in shapes.items()})
-    except AsyncVkError as exc:
-        raise ValueError(f"warm-up with {dict(shapes)}: {exc}") from exc
 
 
 def cache_summary(net: Net) -> str:

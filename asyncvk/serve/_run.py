@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -46,6 +46,7 @@ def run_server(
     graph_key: str | None = None,
     remote_cache: str | None = None,
     device: int | None = None,
+    devices: Sequence[int] | Literal["all"] | None = None,
     max_body: int = 64 << 20,
     warm_up: Mapping[str, tuple[int, ...]] | None = None,
     body_timeout: float = BODY_TIMEOUT,
@@ -69,7 +70,8 @@ def run_server(
 
     Logs to stderr: loading, ready (with the load time and whether the cache was warm), the
     cache save, shutdown and, with ``access_log``, one line per request (aiohttp's format).
-    ``grpc_port``: the protocol over gRPC on that port of ``host`` too.
+    ``grpc_port``: the protocol over gRPC on that port of ``host`` too. ``devices``: every model
+    on each of these devices (``"all"``: every one), batches spread over them (:class:`NetGroup`).
     Returns the exit status: 1 when the model failed to load (unless ``stay_up_on_load_error``).
     """
     _log_to_console()
@@ -95,6 +97,7 @@ def run_server(
         folder=folder,
         poll_seconds=poll_seconds,
         warm_up_batches=warm_up_batches,
+        devices=devices,
         grpc_address=None if grpc_port is None else f"{host}:{grpc_port}",
         reuse_port=reuse_port,
     )
