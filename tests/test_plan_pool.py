@@ -23,6 +23,7 @@ async def _net(option: Option) -> Net:
     net = Net(option)
     await net.load_param(CUNET / "model.param")
     await net.load_model(CUNET / "model.bin")
+    await net.background_builds()  # on a GPU, an adoption would renew the plans mid-test
     return net
 
 
