@@ -29,7 +29,8 @@ from ..cache._pipeline_cache import PipelineCache, await_shared
 from ..cache._spec import PipelineSpec
 from ..gpu._device import VulkanDevice
 from ..gpu._pipeline import PipelineArtifact
-from ..layers._gpu_api import GpuTarget
+from ..layers._gpu_api import GpuTarget, local_size_1d
+from ..shader._options import ShaderOptions
 from ._bound_node import BoundNode
 from ._compile_at_dispatch import compile_at_dispatch
 from ._graph import Graph
@@ -89,6 +90,8 @@ class GpuModel:
             version=lambda: self.pipelines_version,
             on_release=device.allocator.free_empty_blocks,
         )
+        #: fp16 storage: a plan's inputs converted ("to_storage") and outputs ("to_f32") on the GPU
+        self.io_casts: dict[str, PipelineArtifact] = {}
         #: Command buffers recorded by this model's plans (a replay records none).
         self.commands_recorded = 0
         self.load_times = GpuLoadTimes()
@@ -155,9 +158,14 @@ class GpuModel:
         later: list[_Wanted] = []
         for w in wanted:
             (later if w[1] in w[0].background else now).append(w)
-        started = cache.request_many(spec for _, _, spec in now)
+        casts = model._io_cast_specs(options) if model.storage_fp16 else {}
+        started = cache.request_many([spec for _, _, spec in now] + list(casts.values()))
         try:
             await model._build([(b, key, started[spec]) for b, key, spec in now], progress)
+            for direction, spec in casts.items():
+                artifact = await await_shared(started[spec])
+                model._held.append(artifact.acquire())
+                model.io_casts[direction] = artifact
         except BaseException:
             model.release()
             raise
@@ -168,6 +176,13 @@ class GpuModel:
             shape_baked_pipelines=len(baked),
         )
         return model
+
+    def _io_cast_specs(self, options: ShaderOptions) -> dict[str, PipelineSpec]:
+        local = local_size_1d(self.device.info)
+        return {
+            "to_storage": PipelineSpec("copy_f32", (), local, options),
+            "to_f32": PipelineSpec("copy_to_f32", (), local, options),
+        }
 
     def _bind(self) -> None:
         """Pair each GPU-capable layer with the device (its params checked for the GPU too)."""
@@ -373,6 +388,7 @@ class GpuModel:
             bound.weights = {}
             bound.pipelines = {}
             bound.baked = {}
+        self.io_casts = {}
         held, self._held = self._held, []
         for artifact in held:
             artifact.release()

@@ -27,11 +27,12 @@ import numpy as np
 from .._errors import InputError
 from .._threads import run_sync
 from ..gpu._command import CommandRecorder
-from ..gpu._memory import Buffer, MemoryKind
+from ..gpu._memory import Buffer
 from ..layers._gpu_api import GpuBlob
 from ._bound_node import BoundNode
 from ._forward import needed_nodes
 from ._graph import Graph, GraphNode
+from ._host_transfers import HostTransfers
 from ._input_limits import check_plan_fits
 from ._plan_context import PlanContext
 from ._plan_memory import assign_offsets, live_ranges
@@ -119,11 +120,11 @@ class Plan:
         self.sum_blob_bytes = 0
         self.steps: list[_Segment | _CpuStep] = []
         self.shapes: dict[int, Shape] = {}
-        #: per item: storage blob -> its bytes in the arena, host staging, host readback
+        #: per item: storage blob -> its bytes in the arena
         self._views: list[dict[int, Buffer]] = [{} for _ in range(request.batch)]
-        self._staging: list[dict[int, Buffer]] = [{} for _ in range(request.batch)]
-        self._readback: list[dict[int, Buffer]] = [{} for _ in range(request.batch)]
         self.dtype = np.dtype(np.float16 if gpu_model.storage_fp16 else np.float32)
+        #: the host's staging and readback buffers (converting fp16 storage on the GPU)
+        self.io = HostTransfers(self.device, request.batch, self.dtype, gpu_model.io_casts)
         start = time.perf_counter()
         try:
             self._build()
@@ -218,17 +219,13 @@ class Plan:
         return rec.finish()
 
     def _record_into(self, rec: CommandRecorder, segment: _Segment, host_visible: bool) -> None:
-        device = self.device
         # layers are ordered by the memory they touch, not a barrier after each (a layer's
         # own barriers between its dispatches stay; so do the ones around host transfers)
         rec.barriers_on_hazards = self.barriers_on_hazards
-        if not host_visible:
-            for views, staged in zip(self._views, self._staging, strict=True):
+        if self.io.staged(host_visible):
+            for item, views in enumerate(self._views):
                 for b in segment.upload:
-                    staging = device.allocate(views[b].size, MemoryKind.STAGING)
-                    self.owned.append(staging)
-                    staged[b] = staging
-                    rec.copy(staging, views[b])
+                    self.io.record_upload(rec, item, b, views[b])
             if segment.upload:
                 rec.barrier()
         for node in segment.nodes:
@@ -243,15 +240,14 @@ class Plan:
                 self.baked_dispatches += ctx.baked_dispatches
                 if not self.barriers_on_hazards:
                     rec.barrier()
-        # mapped but uncached (a discrete GPU's BAR): copy the results into cached memory
-        copies = not (host_visible and device.allocator.device_is_host_cached)
+        copies = self.io.read_back(host_visible)
         if copies:
-            for views, readback in zip(self._views, self._readback, strict=True):
+            if self.io.casts and segment.download:
+                rec.barrier()  # the conversions read what the layers wrote last
+            for item, views in enumerate(self._views):
                 for t in segment.download:
                     view = views[self.root.get(t, t)]
-                    readback[t] = device.allocate(view.size, MemoryKind.READBACK)
-                    self.owned.append(readback[t])
-                    rec.copy(view, readback[t])
+                    self.io.record_download(rec, item, t, view, self.shapes[t])
         if copies or self.barriers_on_hazards:
             rec.barrier()  # the last writes made visible to the host (and to the next run)
 
@@ -265,16 +261,12 @@ class Plan:
     # -- running ------------------------------------------------------------------------------
 
     def _write(self, item: int, storage: int, array: np.ndarray) -> None:
-        data = np.ascontiguousarray(array, dtype=self.dtype).reshape(-1).view(np.uint8)
-        target = self._staging[item].get(storage) or self._views[item][storage]
-        target.view()[: data.nbytes] = data.data
+        self.io.write(item, storage, array, self._views[item][storage])
 
     def _read(self, item: int, blob: int) -> np.ndarray:
-        """Item ``item``'s ``blob`` as it lies in device memory (a view, in the storage type)."""
-        shape = self.shapes[blob]
-        source = self._readback[item].get(blob) or self._views[item][self.root.get(blob, blob)]
-        n = math.prod(shape) * self.dtype.itemsize  # not np.prod: 5 us a call, every run
-        return np.frombuffer(source.view()[:n], dtype=self.dtype).reshape(shape)
+        """Item ``item``'s ``blob`` as the host gets it (a view)."""
+        view = self._views[item][self.root.get(blob, blob)]
+        return self.io.read(item, blob, view, self.shapes[blob])
 
     async def run(self, inputs: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
         """Run once with ``inputs`` (blob id -> array with a leading axis of ``batch`` items);
@@ -326,6 +318,7 @@ class Plan:
         for buf in self.owned:
             buf.release()
         self.owned.clear()
+        self.io.release()
         if self.arena is not None:
             self.arena.release()
             self.arena = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..gpu._device import VulkanDevice
+from ..gpu._pipeline import PipelineArtifact
 from ..layers._gpu_api import GpuTarget
 from ._bound_node import BoundNode
 
@@ -22,5 +23,7 @@ class PlanSource(Protocol):
     bound: dict[int, BoundNode]
     #: blobs are stored as float16
     storage_fp16: bool
+    #: with fp16 storage, the pipelines converting inputs and outputs on the GPU
+    io_casts: dict[str, PipelineArtifact]
     #: bumped when better pipelines are adopted: older plans are dropped
     pipelines_version: int
