@@ -21,8 +21,8 @@ class Option:
     ``pipeline_cache`` shares one PipelineCache between Nets; without it each Net owns one.
     ``use_fp16_storage`` stores blobs and weights as float16: half the memory, outputs within
     1.3e-3 (relative L2) of PyTorch's on the test models. It is off by default because it is
-    not faster: unlike ncnn, whose fp16 paths are its fastest, asyncvk with fp16 storage was
-    slower than with fp32 on every model of ncnn's benchmark suite on an H200. Use it for memory.
+    not faster: unlike ncnn, whose fp16 paths are its fastest, asyncvk's shaders compute in
+    fp32, and fp16 storage took 0.99x-1.32x fp32's latency on an H200. Use it for memory.
     ``use_fp16_arithmetic`` (off by default) runs the large convolutions on the GPU's matrix
     units, fp16 operands and fp32 sums: 15-20% off vgg16, resnet50, googlenet and resnet18 on
     an H100 (docs/benchmarks.md), nothing on small models.
