@@ -49,8 +49,8 @@ async def _run(param: Path, option: Option) -> tuple[np.ndarray, list[dict[str, 
         y = await ex.extract("out0")
         staging = [
             {
-                "staged_uploads": sum(map(len, plan._staging)),
-                "readbacks": sum(map(len, plan._readback)),
+                "staged_uploads": sum(map(len, plan.io.staging)),
+                "readbacks": sum(map(len, plan.io.readback)),
             }
             for plans in net._plans.values()
             for plan in plans
