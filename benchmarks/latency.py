@@ -123,6 +123,7 @@ VARIANTS = (
     "asyncvk_fp16",
     "asyncvk_tiled_conv",
     "asyncvk_fp16_arith",
+    "asyncvk_fp16_all",
     "asyncvk_no_splitk",
     "asyncvk_plain_gemm",
     "asyncvk_no_conv_gemm",
@@ -171,9 +172,10 @@ def _measure_variant(variant: str, d: Path, loops: int) -> dict[str, Any]:
     if variant == "asyncvk":  # as it is: also what a --version that predates choices runs
         return asyncio.run(asyncvk_latency(d, loops, Option()))
     option = Option(
-        use_fp16_storage=variant == "asyncvk_fp16",
-        # fp32 storage, fp16 operands where a shader has them (the matrix-unit convolution)
-        use_fp16_arithmetic=variant == "asyncvk_fp16_arith",
+        use_fp16_storage=variant in ("asyncvk_fp16", "asyncvk_fp16_all"),
+        # fp16 operands where a shader has them (the matrix-unit convolution); "all": both
+        # fp16 settings, as ncnn's defaults are
+        use_fp16_arithmetic=variant in ("asyncvk_fp16_arith", "asyncvk_fp16_all"),
         shader_choices=variant_choices(variant),
     )
     return asyncio.run(asyncvk_latency(d, loops, option))
@@ -245,6 +247,7 @@ def _ratios(row: dict[str, Any]) -> None:
         ("asyncvk", "asyncvk_over_ncnn"),
         ("asyncvk_fp16", "asyncvk_fp16_over_ncnn"),
         ("asyncvk_fp16_arith", "asyncvk_fp16_arith_over_ncnn"),
+        ("asyncvk_fp16_all", "asyncvk_fp16_all_over_ncnn"),
     ):
         ours = row.get(key, {}).get("median_ms")
         if ncnn and ours is not None:
