@@ -266,3 +266,52 @@ async def test_bad_arguments_are_refused_naming_what_is_wrong() -> None:
     await group.aclose()
     with pytest.raises(RuntimeError, match="closed"):
         await group.load_param(MODEL / "model.param")
+
+
+async def test_a_timed_out_run_s_plan_is_never_lent_again_and_waiters_go_elsewhere() -> None:
+    """Each member may hold one plan: the failed member's timed-out plan is set aside (the GPU
+    may still run it), and the calls that waited for a plan there are sent to the other member
+    at once, not after a fence timeout each."""
+    opt = Option(plan_idle_seconds=600, max_plans_per_shape=1)
+    group = await loaded_group(opt=opt)
+    expected = await single_net_answer()
+    try:
+        await group.run({"in0": IMAGE})  # a plan on member 0, idle, for the next call
+        failing = group.nets[0]
+        assert failing.device is not None and failing.gpu_model is not None
+        pool = failing.gpu_model.plans
+        ((first,),) = pool.plans.values()
+        async with held(failing.device, 0.5):
+            calls = [asyncio.ensure_future(group.run({"in0": IMAGE})) for _ in range(4)]
+            answers = await asyncio.wait_for(asyncio.gather(*calls), HANG_S)
+            for answer in answers:
+                np.testing.assert_allclose(answer["out0"], expected, rtol=1e-4, atol=1e-4)
+            assert pool.plans == {}  # set aside, not idle: nothing lends it again
+            assert first in pool._abandoned
+            out, kept = group.statistics()
+            assert out.taken_out and (out.runs_done, kept.runs_done) == (1, 4)
+    finally:
+        await group.aclose()
+    assert all(s.released for s in group.statistics())
+
+
+async def test_taking_a_member_out_fails_the_calls_waiting_for_its_plans() -> None:
+    from asyncvk.net._plan import PlanRequest
+
+    group = await loaded_group(opt=Option(plan_idle_seconds=600, max_plans_per_shape=1))
+    try:
+        net = group.nets[0]
+        assert net.gpu_model is not None
+        pool = net.gpu_model.plans
+        index = net.blob_index
+        request = PlanRequest.of({index["in0"]: IMAGE.shape}, [index["out0"]])
+        lent = await pool.acquire(request)  # the member's one plan
+        waiter = asyncio.ensure_future(pool.acquire(request))
+        await asyncio.sleep(0)
+        assert pool.statistics().waiting == 1
+        group._members[0].take_out(DeviceError("failed on purpose"))
+        with pytest.raises(DeviceError, match=r"taken out: DeviceError: failed on purpose"):
+            await asyncio.wait_for(waiter, HANG_S)  # at once: no fence timeout of its own
+        await pool.give_back(lent)
+    finally:
+        await group.aclose()

@@ -248,3 +248,24 @@ async def test_background_builds_wait_for_the_renewals(net: Net) -> None:
     gate.let_through()
     await asyncio.wait_for(settled, 60)
     assert model.plans.statistics().renewed == 1
+
+
+async def test_with_idle_seconds_zero_a_renewed_plan_waits_for_the_old_one() -> None:
+    """Released as soon as idle, the renewed plan would be recorded again and again while the
+    old one is lent: it stays until the old one comes back."""
+    async with Net(Option(max_plans_per_shape=2, plan_idle_seconds=0)) as net:
+        await net.load_param(CUNET / "model.param")
+        await net.load_model(CUNET / "model.bin")
+        await net.background_builds()
+        model = _model(net)
+        pool = model.plans
+        x = np.load(CUNET / "input.npy")
+        index = net.blob_index
+        request = PlanRequest.of({index["in0"]: x.shape}, [index["out0"]])
+        old = await pool.acquire(request)
+        _adopt(model)
+        await asyncio.wait_for(pool.renewed(), 60)
+        assert pool.statistics().renewed == 1
+        await pool.give_back(old)
+        ((new,),) = pool.plans.values()
+        assert new.pipelines_version == model.pipelines_version

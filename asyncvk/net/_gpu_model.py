@@ -150,15 +150,15 @@ class GpuModel:
                 graph, model.bound, info, cache.registry.shape_variant, options
             )
             baked = [(model.bound[i], key, spec) for i, key, spec in requests]
+        casts = model._io_cast_specs(options) if model.storage_fp16 else {}
         if prefetch is not None:
-            await prefetch([spec for _, _, spec in wanted + baked])
+            await prefetch([spec for _, _, spec in wanted + baked] + list(casts.values()))
         # background pipelines are requested once the load's own are built, so that their
         # compiles never hold a compile thread the load waits for
         now: list[_Wanted] = list(baked)
         later: list[_Wanted] = []
         for w in wanted:
             (later if w[1] in w[0].background else now).append(w)
-        casts = model._io_cast_specs(options) if model.storage_fp16 else {}
         started = cache.request_many([spec for _, _, spec in now] + list(casts.values()))
         try:
             await model._build([(b, key, started[spec]) for b, key, spec in now], progress)
@@ -326,20 +326,20 @@ class GpuModel:
                 bound.weights[name] = buffer
 
     def _make_plan(self, request: PlanRequest) -> Plan:
-        """Record a plan (on a worker thread); :meth:`release` waits for those under way, as
-        a renewal records while the model serves on and may outlast its last extraction."""
+        """Record a plan on a worker thread; :meth:`release` waits for those under way."""
         with self._recording:
             if self._released:
                 raise RuntimeError("the model was released while a plan was to be recorded")
             self._recordings += 1
+        plan = None
         try:
             plan = Plan(self.graph, self, request)
+            return plan
         finally:
-            with self._recording:
+            with self._recording:  # renewals and request-path builds count on threads
                 self._recordings -= 1
                 self._recording.notify_all()
-        self.commands_recorded += plan.commands_recorded
-        return plan
+                self.commands_recorded += plan.commands_recorded if plan else 0
 
     # -- use and release ---------------------------------------------------------------------
 

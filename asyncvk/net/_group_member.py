@@ -55,7 +55,8 @@ class MemberStatistics:
     #: why it was taken out (the error's type and message), None while it serves
     reason: str | None
     #: whether its Net, cache and device are released (a member taken out is, once the work
-    #: submitted to its device has ended; every member is, after ``aclose``)
+    #: submitted to its device has ended; every member is after ``aclose``, but one whose
+    #: device still ran that work when the fence timeout ran out)
     released: bool
 
 
@@ -155,16 +156,25 @@ class GroupMember:
         self.failure = error
         log.warning("NetGroup: %s taken out: %s: %s", self.label, type(error).__name__, error)
         if self.net is not None:
-            self._release_after_failure = asyncio.create_task(self._release_logged())
+            model = self.net.gpu_model
+            if model is not None:  # calls waiting for a plan here go elsewhere now, not later
+                model.plans.refuse_waiters(
+                    DeviceError(f"{self.label} was taken out: {type(error).__name__}: {error}")
+                )
+            if self._release_after_failure is None:
+                self._release_after_failure = asyncio.create_task(self._release_logged())
 
     async def close(self) -> None:
         """Release this member: a serving one after flushing its cache folder, a failed one
-        once its device has finished what was submitted to it (or is lost)."""
+        once its device has finished what was submitted to it (or is lost). One release runs
+        at a time: a failure during ``close`` starts none of its own."""
         pending = self._release_after_failure
-        if pending is not None:
-            await pending
-        if not self.released:
-            await self._release()
+        if pending is None:
+            pending = self._release_after_failure = asyncio.ensure_future(self._release())
+        await pending
+        if not self.released:  # its device still ran what it was given: one more wait
+            self._release_after_failure = asyncio.ensure_future(self._release())
+            await self._release_after_failure
 
     async def _release_logged(self) -> None:
         """``_release`` in the background: an error is logged, and ``close`` tries again."""
@@ -194,7 +204,7 @@ class GroupMember:
                 return
             except DeviceError:
                 pass  # lost: nothing it was given still runs
-            await run_sync(net.close)
+            net.close()  # on the loop, as its plans' pool and background tasks live there
         await cache.aclose()
         try:
             await run_sync(device.close)

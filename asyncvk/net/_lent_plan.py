@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from .._errors import GpuTimeoutError
 from ._plan import Plan, PlanRequest
 from ._plan_pool import PlanPool
 
@@ -43,6 +44,9 @@ class LentPlan:
     async def __aexit__(self, *exc: object) -> None:
         try:
             assert self._plan is not None
+            if isinstance(exc[1], GpuTimeoutError):  # the GPU may still be running it
+                self._model.plans.abandon(self._plan)
+                return
             await self._model.plans.give_back(self._plan)
         finally:
             self._model.use_ends()

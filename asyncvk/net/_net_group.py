@@ -226,6 +226,11 @@ class NetGroup:
         return tuple(m.net for m in self._members if m.net is not None)
 
     @property
+    def serving_nets(self) -> tuple[Net, ...]:
+        """The Nets of the members calls may be sent to (loaded, not taken out)."""
+        return tuple(m.net for m in self._members if m.serving and m.net is not None)
+
+    @property
     def serving_members(self) -> int:
         """Members that calls may be sent to: loaded and not taken out."""
         return sum(m.serving for m in self._members)

@@ -19,6 +19,9 @@ Plans of at most ``max_shapes`` shapes are kept; a new shape drops the idle plan
 When the model adopts a background pipeline (:meth:`PlanPool.renew`), each shape's plans are
 recorded again on a worker thread (``PlanRenewals``) while the old ones, still correct, serve
 on; an old plan is released once a newer one of its shape has landed and no waiter needs it.
+Meanwhile a shape may hold up to twice ``max_per_shape`` plans (one new for each old one).
+A plan whose run timed out may still be in use by the GPU: it is set aside (:meth:`abandon`),
+never lent again, and released with the pool.
 """
 
 from __future__ import annotations
@@ -34,23 +37,8 @@ from ..gpu._memory import dedicated_blocks
 from ._heap_release import give_free_heap_back
 from ._plan import Plan, PlanRequest
 from ._plan_renewal import PlanRenewals
-
-
-def check_settings(
-    max_per_shape: int, min_idle: int, idle_seconds: float, max_waiting: int | None
-) -> None:
-    """ValueError naming the ``Option`` field that a pool cannot work with."""
-    if max_per_shape < 1:
-        raise ValueError(f"max_plans_per_shape must be at least 1, got {max_per_shape}")
-    if not 0 <= min_idle <= max_per_shape:
-        raise ValueError(
-            f"idle_plans_per_shape must be from 0 to max_plans_per_shape ({max_per_shape}), "
-            f"got {min_idle}"
-        )
-    if not idle_seconds >= 0:
-        raise ValueError(f"plan_idle_seconds must be 0 or more, got {idle_seconds}")
-    if max_waiting is not None and max_waiting < 0:
-        raise ValueError(f"max_waiting_per_shape must be 0 or more, got {max_waiting}")
+from ._plan_settings import check_settings
+from ._pool_statistics import PoolStatistics
 
 
 def _describe(key: PlanRequest) -> str:
@@ -60,21 +48,6 @@ def _describe(key: PlanRequest) -> str:
 
 class PlanQueueFull(AsyncVkError):
     """Every plan of a shape is lent and ``max_waiting`` extractions already wait for one."""
-
-
-@dataclass(frozen=True)
-class PoolStatistics:
-    """The pool at one moment, over all its shapes (``peak_plans``: of one shape, ever)."""
-
-    plans: int  #: made and not released: lent, idle or being built
-    lent: int
-    idle: int
-    building: int
-    waiting: int  #: extractions waiting for a plan
-    peak_plans: int  #: the most plans one shape has held at once
-    built: int  #: plans made since the pool was
-    released: int  #: plans released since the pool was
-    renewed: int = 0  #: plans recorded again off the request path after pipelines came
 
 
 #: What a waiter is handed: a plan, or None: the right to build one (a place came free).
@@ -124,6 +97,7 @@ class PlanPool:
         self._max_waiting = max_waiting
         self._max_shapes = max_shapes
         self._shapes: dict[PlanRequest, _Shape] = {}
+        self._abandoned: list[Plan] = []
         self._closed = False
         self._peak = 0
         self._built = 0
@@ -213,6 +187,26 @@ class PlanPool:
                 self._renewals.start(key)
         self._pass_on(key, s, plan)
 
+    def abandon(self, plan: Plan) -> None:
+        """Take back a plan whose run did not end (its fence wait timed out): the GPU may
+        still read and write its buffers, so it is neither lent again nor released until the
+        pool is; its place is free for a new plan."""
+        s = self._shapes.get(plan.request)
+        if s is not None and plan in s.plans:
+            s.plans.remove(plan)
+            s.idle = [(p, t) for p, t in s.idle if p is not plan]
+            self._pass_on(plan.request, s, None)
+        self._abandoned.append(plan)
+
+    def refuse_waiters(self, error: BaseException) -> None:
+        """Fail every extraction waiting for a plan with ``error`` (its device was taken out:
+        they are better sent elsewhere now than after a fence timeout of their own)."""
+        for s in self._shapes.values():
+            while s.waiters:
+                waiter = s.waiters.popleft()
+                if not waiter.done():
+                    waiter.set_exception(error)
+
     def renew(self) -> None:
         """The model adopted pipelines: record each shape's plans again off the request path."""
         for key in list(self._shapes):
@@ -239,6 +233,7 @@ class PlanPool:
             return False
         s.plans.append(plan)
         self._built += 1
+        self._peak = max(self._peak, s.held)
         self._drop_older_idle(s, plan.pipelines_version)
         self._pass_on(key, s, plan)
         return True
@@ -337,7 +332,12 @@ class PlanPool:
         released = 0
         for key, s in list(self._shapes.items()):
             spare = len(s.plans) - self._keep(key)
-            expired = [p for p, t in s.idle if now - t >= self._idle_seconds]  # longest first
+            oldest = min(p.pipelines_version for p in s.plans) if s.plans else 0
+            expired = [  # longest first; a renewed plan stays while an old one is lent
+                p
+                for p, t in s.idle
+                if now - t >= self._idle_seconds and p.pipelines_version <= oldest
+            ]
             for plan in expired[: max(spare, 0)]:
                 self._release(s, plan)
                 released += 1
@@ -384,6 +384,9 @@ class PlanPool:
     def release(self) -> None:
         """Release every plan, lent ones included (their extractions must be over)."""
         self._closed = True
+        for plan in self._abandoned:
+            plan.release()
+        self._abandoned.clear()
         for s in self._shapes.values():
             if s.timer is not None:
                 s.timer.cancel()

@@ -46,7 +46,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from ..net._option import Option
-from ..net._plan_pool import check_settings
+from ..net._plan_settings import check_settings
 from ._batcher import BatchSettings
 from ._body import BODY_TIMEOUT, BODY_TIMEOUT_KEY
 from ._metrics import metrics

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from .._errors import AsyncVkError, InputTooLargeError
+from .._errors import AsyncVkError, DeviceError, InputTooLargeError
 from ._batcher import QueueFull, with_batch_axis
 from ._grpc_messages import MESSAGES, METHODS, SERVICE
 from ._protocol import (
@@ -95,6 +95,8 @@ class InferenceService:
             raise _Abort(grpc.StatusCode.UNAVAILABLE, f"busy: {exc}; try again") from None
         except InputTooLargeError as exc:
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
+        except DeviceError as exc:  # the GPU failed, not the request
+            raise _Abort(grpc.StatusCode.UNAVAILABLE, f"device failed: {exc}") from None
         except (AsyncVkError, ValueError) as exc:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         model.last_inference_ms = int(time.time() * 1000)

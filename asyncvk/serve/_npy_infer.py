@@ -9,7 +9,7 @@ import time
 
 from aiohttp import HttpVersion11, web
 
-from .._errors import AsyncVkError, InputTooLargeError
+from .._errors import AsyncVkError, DeviceError, InputTooLargeError
 from ._batcher import QueueFull, with_batch_axis
 from ._body import ClientGone, RequestError, encode_reply, max_body_message, read_inputs
 from ._oip import MODELS_KEY
@@ -85,6 +85,8 @@ async def _infer(request: web.Request, state: ServerState) -> web.Response:
     except MemoryError as exc:  # a size no check foresaw: still the client's, and one line
         log.warning("request refused, out of memory: %s", exc)
         return _error(413, f"out of memory: {exc}")
+    except DeviceError as exc:  # the GPU failed, not the request: another server may answer
+        return _error(503, f"device failed: {exc}")
     except (AsyncVkError, ValueError, KeyError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         return _error(400, str(message))

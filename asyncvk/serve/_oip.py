@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .._errors import AsyncVkError, InputTooLargeError
+from .._errors import AsyncVkError, DeviceError, InputTooLargeError
 from ._batcher import QueueFull
 from ._body import ClientGone, RequestError, read_body
 from ._oip_infer_body import HEADER_LENGTH, encode_reply, parse_request, split_body
@@ -210,6 +210,8 @@ async def infer(request: web.Request) -> web.Response:
         return response
     except InputTooLargeError as exc:
         return _error(413, str(exc))
+    except DeviceError as exc:  # the GPU failed, not the request: another server may answer
+        return _error(503, f"device failed: {exc}")
     except (AsyncVkError, ValueError) as exc:
         return _error(400, str(exc))
     model.last_inference_ms = int(time.time() * 1000)

@@ -29,7 +29,12 @@ def replica_option(option: Option, gpu_ids: Sequence[int | str]) -> Option:
     discrete = [i for i in range(get_gpu_count()) if get_gpu_info(i).type_name == "discrete"]
     if not discrete:
         return option
-    index = int(gpu_ids[0])
+    try:
+        index = int(gpu_ids[0])
+    except ValueError:
+        raise ValueError(
+            f"the replica was given GPU {gpu_ids[0]!r}, not an index: set Option.vulkan_device"
+        ) from None
     if index >= len(discrete):
         raise ValueError(
             f"the replica was given GPU {index}, but Vulkan lists {len(discrete)} discrete "

@@ -105,19 +105,20 @@ class ServedModel:
 
     @property
     def net(self) -> Net:
-        """The Net that describes the model (its names and graph): a group's first member's,
-        or an unloaded one before the group has loaded."""
+        """The Net that describes the model (its names and graph): a group's first member
+        still serving (a member taken out at load has no model), or an unloaded one before
+        the group has loaded."""
         runner = self.runner
         if isinstance(runner, Net):
             return runner
-        nets = runner.nets
+        nets = runner.serving_nets or runner.nets
         return nets[0] if nets else _UNLOADED
 
     @property
     def nets(self) -> tuple[Net, ...]:
-        """Every Net that serves the model: one per device."""
+        """Every Net that serves the model: one per device still serving."""
         runner = self.runner
-        return (runner,) if isinstance(runner, Net) else runner.nets
+        return (runner,) if isinstance(runner, Net) else runner.serving_nets
 
 
 #: what a group's model reads for its names before it has loaded (none)
@@ -219,7 +220,7 @@ class Repository:
                 # member on its own (the batcher ran that one on whichever it chose)
                 await warm_up(net, shapes, model.batcher)
                 if isinstance(runner, NetGroup):
-                    for member in runner.nets:
+                    for member in runner.serving_nets:
                         await warm_up(member, shapes)
                 if self.warm_up_batches:
                     for member in model.nets:

@@ -30,7 +30,7 @@ from ray.serve import Application, Deployment
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .._errors import AsyncVkError, InputTooLargeError
+from .._errors import AsyncVkError, DeviceError, InputTooLargeError
 from .._version import __version__
 from ..net._net import Net
 from ..net._option import Option
@@ -150,6 +150,8 @@ class AsyncVkReplica:
             return _error(503, f"busy: {exc}; try again")
         except InputTooLargeError as exc:
             return _error(413, str(exc))
+        except DeviceError as exc:  # the GPU failed, not the request: another replica may answer
+            return _error(503, f"device failed: {exc}")
         except (AsyncVkError, ValueError) as exc:
             return _error(400, str(exc))
         except Exception as exc:  # a server bug still answers the protocol's JSON, logged
