@@ -97,3 +97,48 @@ async def test_a_group_s_batcher_runs_max_inflight_batches_on_each_device() -> N
         for got in await asyncio.gather(*tasks):
             np.testing.assert_array_equal(got["out0"], first["out0"])
         assert [s.runs_done for s in group.statistics()] != [7, 0]
+
+
+async def test_a_model_on_devices_is_described_by_a_serving_member_and_a_dead_group_is_503(
+    tmp_path: Path,
+) -> None:
+    """Members taken out are not what describes the model; with none left, a request is
+    answered 503 (the device failed, not the request: another server may answer it)."""
+    from aiohttp.test_utils import TestServer
+
+    from asyncvk import DeviceError, NetGroup
+    from asyncvk.serve import create_models_app
+    from asyncvk.serve._oip import MODELS_KEY
+    from asyncvk.serve._repository import ModelFiles
+    from asyncvk.serve._state import STATE_KEY
+
+    files = ModelFiles(
+        "cunet", str(MODELS / "cunet" / "model.param"), str(MODELS / "cunet" / "model.bin")
+    )
+    server = TestServer(create_models_app([files], devices=[0, 0]), host="127.0.0.1")
+    await server.start_server()
+    try:
+        state = server.app[STATE_KEY]
+        assert state.loading is not None
+        await state.loading
+        model = server.app[MODELS_KEY]["cunet"]
+        group = model.runner
+        assert isinstance(group, NetGroup)
+        _, second = group.nets
+        group._members[0].take_out(DeviceError("failed on purpose"))
+        assert model.net is second and model.nets == (second,)
+        group._members[1].take_out(DeviceError("failed on purpose too"))
+        x = np.load(MODELS / "cunet" / "input.npy")
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
+            raw = np.ascontiguousarray(x[np.newaxis], "<f4").tobytes()
+            header = (
+                f'{{"inputs": [{{"name": "in0", "shape": {list((1, *x.shape))}, '
+                f'"datatype": "FP32", "parameters": {{"binary_data_size": {len(raw)}}}}}]}}'
+            ).encode()
+            url = f"http://127.0.0.1:{server.port}/v2/models/cunet/infer"
+            headers = {"Inference-Header-Content-Length": str(len(header))}
+            async with http.post(url, data=header + raw, headers=headers) as r:
+                assert r.status == 503, await r.text()
+                assert "no device of the NetGroup is left" in (await r.json())["error"]
+    finally:
+        await server.close()
