@@ -269,3 +269,31 @@ async def test_with_idle_seconds_zero_a_renewed_plan_waits_for_the_old_one() -> 
         await pool.give_back(old)
         ((new,),) = pool.plans.values()
         assert new.pipelines_version == model.pipelines_version
+
+
+async def test_a_renewal_lets_go_of_the_gil_after_each_layer(
+    net: Net, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inference beside a renewal waits a layer's recording for the GIL, not the
+    interpreter's switch interval: the renewal's thread sleeps 0 s after each layer; a plan
+    recorded on the request path does not."""
+    import time
+
+    sleeps: list[str] = []
+    sleep = time.sleep
+
+    def counted(seconds: float) -> None:
+        if seconds == 0:
+            sleeps.append(threading.current_thread().name)
+        sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", counted)
+    model = _model(net)
+    await _extract(net)  # recorded for the request
+    assert sleeps == []
+    _adopt(model)
+    await model.plans.renewed()
+    layers = sum(1 for node in net.graph.nodes if node.index in model.bound) if net.graph else 0
+    assert model.plans.statistics().renewed == 1
+    assert len(sleeps) >= layers - sum(1 for b in model.bound.values() if b.alias)
+    assert threading.main_thread().name not in sleeps

@@ -37,6 +37,7 @@ from ._input_limits import check_plan_fits
 from ._plan_context import PlanContext
 from ._plan_memory import assign_offsets, live_ranges
 from ._plan_placement import _SHAPE_ERRORS, _cannot_take, place_layers, share_storage
+from ._plan_renewal import yields_to_requests
 from ._plan_request import PlanRequest
 from ._plan_source import PlanSource
 
@@ -222,6 +223,7 @@ class Plan:
         # layers are ordered by the memory they touch, not a barrier after each (a layer's
         # own barriers between its dispatches stay; so do the ones around host transfers)
         rec.barriers_on_hazards = self.barriers_on_hazards
+        polite = yields_to_requests()
         if self.io.staged(host_visible):
             for item, views in enumerate(self._views):
                 for b in segment.upload:
@@ -229,6 +231,8 @@ class Plan:
             if segment.upload:
                 rec.barrier()
         for node in segment.nodes:
+            if polite:
+                time.sleep(0)  # the GIL to the event loop's inferences, one layer a turn
             gpu = self.gpu_model.bound[node.index]
             if gpu.alias:
                 continue
