@@ -10,7 +10,6 @@ would run it, on a folder shaped as the storage initializer fills ``/mnt/models`
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import copy
 import io
@@ -18,16 +17,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import numpy as np
 import pytest
 import yaml
 from kube_schema import CrdSchema, UnsupportedSchema, api_server_schema
 from redis_server import RedisServer, free_port
+from served_process import wait_until_ready
 
 from asyncvk.cache._remote_store import parse_remote_url
 from asyncvk.cache._remote_tier_link import KEY_VARIABLE
@@ -269,20 +267,6 @@ def _serve(words: list[str], variables: dict[str, str]) -> subprocess.Popen[str]
     )
 
 
-async def _wait_ready(proc: subprocess.Popen[str], url: str) -> None:
-    """Until ``url`` answers 200, as a readiness probe would ask it (120 s at most)."""
-    deadline = time.monotonic() + 120
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
-        while True:
-            assert proc.poll() is None, f"asyncvk serve exited: {proc.communicate()[1]}"
-            with contextlib.suppress(aiohttp.ClientConnectionError):
-                async with http.get(url) as answer:
-                    if answer.status == 200:
-                        return
-            assert time.monotonic() < deadline, f"{url} not ready in 120 s"
-            await asyncio.sleep(0.05)
-
-
 async def test_served_as_kserve_runs_it(tmp_path: Path, runtime: Any, service: Any) -> None:
     import tritonclient.grpc.aio as grpcclient
     import tritonclient.http.aio as httpclient
@@ -318,7 +302,7 @@ async def test_served_as_kserve_runs_it(tmp_path: Path, runtime: Any, service: A
     want = np.load(CUNET / "output.npy")
     try:
         probe = container(runtime)["readinessProbe"]["httpGet"]["path"]
-        await _wait_ready(proc, f"http://127.0.0.1:{http}{probe}")
+        await wait_until_ready(proc, f"http://127.0.0.1:{http}{probe}")
         client = httpclient.InferenceServerClient(f"127.0.0.1:{http}")
         try:
             data = httpclient.InferInput("in0", list(x.shape), "FP32")

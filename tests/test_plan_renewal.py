@@ -80,6 +80,12 @@ def _adopt(model: GpuModel) -> None:
     model.plans.renew()
 
 
+def _request(net: Net) -> PlanRequest:
+    """The plan request an extraction of cunet's input makes."""
+    index = net.blob_index
+    return PlanRequest.of({index["in0"]: np.load(CUNET / "input.npy").shape}, [index["out0"]])
+
+
 async def _extract(net: Net) -> np.ndarray:
     ex = net.create_extractor()
     ex.input("in0", np.load(CUNET / "input.npy"))
@@ -116,9 +122,7 @@ async def test_extractions_go_on_with_the_old_plan_until_the_new_one_lands(net: 
 async def test_waiters_take_old_plans_until_enough_new_ones_have_landed(net: Net) -> None:
     model = _model(net)
     pool = model.plans
-    x = np.load(CUNET / "input.npy")
-    index = net.blob_index
-    request = PlanRequest.of({index["in0"]: x.shape}, [index["out0"]])
+    request = _request(net)
     a, b = await pool.acquire(request), await pool.acquire(request)  # the cap: 2
     gate = RecordingGate(pool)
     _adopt(model)
@@ -142,9 +146,7 @@ async def test_waiters_take_old_plans_until_enough_new_ones_have_landed(net: Net
 async def test_one_plan_in_use_is_replaced_by_one(net: Net) -> None:
     model = _model(net)
     pool = model.plans
-    x = np.load(CUNET / "input.npy")
-    index = net.blob_index
-    request = PlanRequest.of({index["in0"]: x.shape}, [index["out0"]])
+    request = _request(net)
     lent = await pool.acquire(request)
     _adopt(model)
     await pool.renewed()
@@ -157,9 +159,7 @@ async def test_one_plan_in_use_is_replaced_by_one(net: Net) -> None:
 async def test_an_old_plan_goes_to_a_waiter_while_new_ones_are_too_few(net: Net) -> None:
     model = _model(net)
     pool = model.plans
-    x = np.load(CUNET / "input.npy")
-    index = net.blob_index
-    request = PlanRequest.of({index["in0"]: x.shape}, [index["out0"]])
+    request = _request(net)
     a, b = await pool.acquire(request), await pool.acquire(request)
     gate = RecordingGate(pool)
     _adopt(model)
@@ -183,9 +183,7 @@ async def test_an_old_plan_coming_back_to_waiters_is_released_once_the_new_ones_
 ) -> None:
     model = _model(net)
     pool = model.plans
-    x = np.load(CUNET / "input.npy")
-    index = net.blob_index
-    request = PlanRequest.of({index["in0"]: x.shape}, [index["out0"]])
+    request = _request(net)
     a, b = await pool.acquire(request), await pool.acquire(request)
     _adopt(model)
     await pool.renewed()  # two new plans, idle; a and b still lent
@@ -259,9 +257,7 @@ async def test_with_idle_seconds_zero_a_renewed_plan_waits_for_the_old_one() -> 
         await net.background_builds()
         model = _model(net)
         pool = model.plans
-        x = np.load(CUNET / "input.npy")
-        index = net.blob_index
-        request = PlanRequest.of({index["in0"]: x.shape}, [index["out0"]])
+        request = _request(net)
         old = await pool.acquire(request)
         _adopt(model)
         await asyncio.wait_for(pool.renewed(), 60)

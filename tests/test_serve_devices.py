@@ -6,30 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from pathlib import Path
 
 import aiohttp
 import numpy as np
 from cli_runner import cli
+from served_process import wait_until_ready
 from test_serve import _free_port
 from test_serve_models import TIMEOUT, _folder, _infer, _start
 
 MODELS = Path(__file__).parent / "models"
-
-
-async def _ready(http: aiohttp.ClientSession, url: str, proc: object) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            async with http.get(f"{url}/v2/health/ready") as r:
-                if r.status == 200:
-                    return
-        except aiohttp.ClientConnectionError:
-            pass
-        assert proc.poll() is None, proc.communicate()[1]  # type: ignore[attr-defined]
-        await asyncio.sleep(0.05)
-    raise AssertionError("the server was not ready within 120 s")
 
 
 async def test_batches_are_spread_over_the_devices(tmp_path: Path) -> None:
@@ -40,8 +26,8 @@ async def test_batches_are_spread_over_the_devices(tmp_path: Path) -> None:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
+        await wait_until_ready(proc, f"{url}/v2/health/ready")
         async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
-            await _ready(http, url, proc)
             x = np.load(MODELS / "cunet" / "input.npy")
             inputs = [x * (1 + i / 50) for i in range(12)]
             got = await asyncio.gather(*(_infer(http, url, "cunet", xi) for xi in inputs))

@@ -4,17 +4,16 @@ mixed arguments are one line and exit status 1."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
 import numpy as np
 from cli_runner import cli
+from served_process import wait_until_ready
 from test_serve import _free_port
 
 MODELS = Path(__file__).parent / "models"
@@ -52,17 +51,8 @@ async def test_a_folder_of_models_in_one_server(tmp_path: Path) -> None:
     proc = _start("--models", str(_folder(tmp_path)), "--port", str(port), "--no-access-log")
     url = f"http://127.0.0.1:{port}"
     try:
+        await wait_until_ready(proc, f"{url}/v2/health/ready")
         async with aiohttp.ClientSession(timeout=TIMEOUT) as http:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                try:
-                    async with http.get(f"{url}/v2/health/ready") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                assert proc.poll() is None, proc.communicate()[1]
-                await asyncio.sleep(0.05)
             async with http.post(f"{url}/v2/repository/index") as r:
                 assert [m["name"] for m in await r.json()] == ["cunet", "squeezenet"]
             for name in ("cunet", "squeezenet"):

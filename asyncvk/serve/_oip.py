@@ -18,10 +18,16 @@ from typing import Any
 
 from aiohttp import web
 
-from .._errors import AsyncVkError, DeviceError, InputTooLargeError
+from .._errors import AsyncVkError
 from ._batcher import QueueFull
 from ._body import ClientGone, RequestError, read_body
-from ._oip_infer_body import HEADER_LENGTH, encode_reply, parse_request, split_body
+from ._oip_infer_body import (
+    HEADER_LENGTH,
+    encode_reply,
+    failure_status,
+    parse_request,
+    split_body,
+)
 from ._protocol import NoSuchModel, config, model_metadata_of, model_named, server_metadata_of
 from ._repository import Repository, ServedModel, UnknownModel
 
@@ -204,16 +210,14 @@ async def infer(request: web.Request) -> web.Response:
         header, tensors = split_body(body, request.headers.get(HEADER_LENGTH))
         inputs, batched, wanted, binary = parse_request(model.net, header, tensors)
         results = await model.batcher.infer(inputs, wanted)
-    except QueueFull as exc:
-        response = _error(503, f"busy: {exc}; try again")
-        response.headers["Retry-After"] = str(RETRY_AFTER)
+    except Exception as exc:
+        answer = failure_status(exc)
+        if answer is None:
+            raise
+        response = _error(*answer)
+        if isinstance(exc, QueueFull):
+            response.headers["Retry-After"] = str(RETRY_AFTER)
         return response
-    except InputTooLargeError as exc:
-        return _error(413, str(exc))
-    except DeviceError as exc:  # the GPU failed, not the request: another server may answer
-        return _error(503, f"device failed: {exc}")
-    except (AsyncVkError, ValueError) as exc:
-        return _error(400, str(exc))
     model.last_inference_ms = int(time.time() * 1000)
     if not batched:
         results = {n: a[0] for n, a in results.items()}

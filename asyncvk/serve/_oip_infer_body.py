@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import InputError
+from .._errors import AsyncVkError, DeviceError, InputError, InputTooLargeError
 from ..net._net import Net
-from ._batcher import with_batch_axis
+from ._batcher import QueueFull, with_batch_axis
 from ._protocol import input_array
 
 #: the header that splits a binary request or reply into its JSON and its tensor bytes
@@ -125,3 +125,18 @@ def encode_reply(
     if not chunks:
         return text, None
     return text + b"".join(chunks), len(text)
+
+
+def failure_status(exc: Exception) -> tuple[int, str] | None:
+    """The protocol's status and message for an inference that raised ``exc``, one table
+    for every server that speaks it over HTTP (None: no request's fault nor the device's,
+    a server bug to log)."""
+    if isinstance(exc, QueueFull):
+        return 503, f"busy: {exc}; try again"
+    if isinstance(exc, InputTooLargeError):
+        return 413, str(exc)
+    if isinstance(exc, DeviceError):  # the GPU failed, not the request: another may answer
+        return 503, f"device failed: {exc}"
+    if isinstance(exc, (AsyncVkError, ValueError)):
+        return 400, str(exc)
+    return None

@@ -30,13 +30,18 @@ from ray.serve import Application, Deployment
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .._errors import AsyncVkError, DeviceError, InputTooLargeError
 from .._version import __version__
 from ..net._net import Net
 from ..net._option import Option
-from ._batcher import Batcher, BatchSettings, QueueFull
+from ._batcher import Batcher, BatchSettings
 from ._grouped_batch import BatchItem, item_count, run_grouped
-from ._oip_infer_body import HEADER_LENGTH, encode_reply, parse_request, split_body
+from ._oip_infer_body import (
+    HEADER_LENGTH,
+    encode_reply,
+    failure_status,
+    parse_request,
+    split_body,
+)
 from ._protocol import NoSuchModel, config, model_metadata_of, model_named
 from ._replica_device import replica_option
 from ._repository import ModelFiles, ServedModel, name_for
@@ -146,16 +151,11 @@ class AsyncVkReplica:
                 results = await self._ray_infer(BatchItem(inputs, outputs))
             else:
                 results = await self._model.batcher.infer(inputs, wanted)
-        except QueueFull as exc:
-            return _error(503, f"busy: {exc}; try again")
-        except InputTooLargeError as exc:
-            return _error(413, str(exc))
-        except DeviceError as exc:  # the GPU failed, not the request: another replica may answer
-            return _error(503, f"device failed: {exc}")
-        except (AsyncVkError, ValueError) as exc:
-            return _error(400, str(exc))
-        except Exception as exc:  # a server bug still answers the protocol's JSON, logged
-            log.exception("inference failed")
+        except Exception as exc:
+            answer = failure_status(exc)
+            if answer is not None:
+                return _error(*answer)
+            log.exception("inference failed")  # a server bug still answers the protocol's JSON
             return _error(500, f"{type(exc).__name__}: {exc}")
         if not batched:
             results = {n: a[0] for n, a in results.items()}
