@@ -59,8 +59,10 @@ async def asyncvk_first(d: Path, count: int) -> list[float]:
     in_name, out_name = blob_names(d)
     x = np.load(d / "input.npy")
     times = []
+    log = _debug_log() if TIMELINE is not None else None
     async with Net() as net:
         await net.load_param(d / "model.param")
+        load_starts = time.perf_counter()
         await net.load_model(d / "model.bin")
         loaded = time.perf_counter()
         model = net.gpu_model
@@ -75,15 +77,41 @@ async def asyncvk_first(d: Path, count: int) -> list[float]:
             await ex.extract(out_name)
             times.append(time.perf_counter() - t)
             VERSIONS.append(model.pipelines_version if model is not None else 0)
+            if TIMELINE is not None:
+                TIMELINE.append(("inference", t - loaded, time.perf_counter() - loaded))
         del ADOPTED[1:]  # only one taken before the inferences end counts
         ADOPTED.append(time.perf_counter() - loaded)
+        if TIMELINE is not None and net.cache is not None and log is not None:
+            TIMELINE.append(("load", load_starts - loaded, 0.0))
+            for b in net.cache.counters.build_log():
+                TIMELINE.append((f"build {b.name}", b.requested - loaded, b.finished - loaded))
+            TIMELINE.extend(("log " + m, at - loaded, at - loaded) for at, m in log)
     return times
+
+
+def _debug_log() -> list[tuple[float, str]]:
+    """asyncvk's debug records from now on, each with its time on the perf_counter clock."""
+    import logging
+
+    records: list[tuple[float, str]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append((time.perf_counter(), record.getMessage()[:160]))
+
+    logger = logging.getLogger("asyncvk")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(Keep())
+    return records
 
 
 #: asyncvk's model: the pipelines version after each inference, and the seconds from the end
 #: of the load to the last background pipeline's adoption (if within the inferences)
 VERSIONS: list[int] = []
 ADOPTED: list[float] = []
+#: with --timeline: (what, from, to) in seconds from the end of the load: each inference, each
+#: pipeline build (asked for, finished), asyncvk's debug log
+TIMELINE: list[tuple[str, float, float]] | None = None
 
 
 def _child(runtime: str, d: Path, count: int) -> list[float]:
@@ -92,8 +120,11 @@ def _child(runtime: str, d: Path, count: int) -> list[float]:
     return asyncio.run(asyncvk_first(d, count))
 
 
-def _in_process(runtime: str, d: Path, count: int, timeout: float) -> dict[str, Any]:
+def _in_process(
+    runtime: str, d: Path, count: int, timeout: float, timeline: bool = False
+) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--child", runtime, "--child-dir", str(d)]
+    argv += ["--timeline"] if timeline else []
     try:
         out = subprocess.run(
             [*argv, "--count", str(count)],
@@ -126,7 +157,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "sum_ms": round(sum(per), 3),
         "processes": len(good),
     }
-    for key in ("pipelines_versions", "all_adopted_ms"):  # the first process's
+    for key in ("pipelines_versions", "all_adopted_ms", "timeline_ms"):  # the first process's
         if key in runs[0]:
             result[key] = runs[0][key]
     if errors:
@@ -143,12 +174,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per runtime")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per process")
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="asyncvk's first process also reports when each inference, pipeline build and "
+        "debug log line came (ms from the end of the load)",
+    )
     parser.add_argument("--child", choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument("--child-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
+        global TIMELINE
+        TIMELINE = [] if args.timeline else None
         ms = [round(t * 1000, 3) for t in _child(args.child, args.child_dir, args.count)]
-        extra = {"pipelines_versions": VERSIONS} if VERSIONS else {}
+        extra: dict[str, Any] = {"pipelines_versions": VERSIONS} if VERSIONS else {}
+        if TIMELINE:
+            extra["timeline_ms"] = [
+                (what, round(a * 1000, 2), round(b * 1000, 2))
+                for what, a, b in sorted(TIMELINE, key=lambda e: e[1])
+            ]
         if len(ADOPTED) == 2:  # the adoption, then the end of the inferences
             extra["all_adopted_ms"] = round(ADOPTED[0] * 1000, 1)
         print(json.dumps({"ms": ms, **extra}))
@@ -170,9 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     for source, d in model_folders(args.models, args.suite, args.suite_models):
         runs: dict[str, list[dict[str, Any]]] = {r: [] for r in RUNTIMES}
-        for _ in range(args.processes):
+        for p in range(args.processes):
             for runtime in RUNTIMES:
-                runs[runtime].append(_in_process(runtime, d, args.count, args.timeout))
+                timeline = args.timeline and p == 0 and runtime == "asyncvk"
+                runs[runtime].append(_in_process(runtime, d, args.count, args.timeout, timeline))
         row: dict[str, Any] = {"model": d.name, "source": source}
         row.update({runtime: summary(runs[runtime]) for runtime in RUNTIMES})
         ours, theirs = row["asyncvk"].get("sum_ms"), row["ncnn"].get("sum_ms")

@@ -34,14 +34,16 @@ class PipelineSpec:
     baked_push: bytes | None = None
     spirv: bytes | None = None
 
+    #: what equality compares, made once: a load looks its specs up a few thousand times
+    _identity: tuple[object, ...] = field(init=False, repr=False)
+    _hash: int = field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "specializations", tuple(self.specializations))
         object.__setattr__(self, "local_size", tuple(int(n) for n in self.local_size))
         if self.baked_push is not None:
             object.__setattr__(self, "baked_push", bytes(self.baked_push))
-
-    def _identity(self) -> tuple[object, ...]:
-        return (
+        identity = (
             self.shader,
             tuple(map(repr, self.specializations)),
             self.local_size,
@@ -50,11 +52,18 @@ class PipelineSpec:
             self.baked_push,
             self.spirv,
         )
+        object.__setattr__(self, "_identity", identity)
+        object.__setattr__(self, "_hash", hash(identity))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PipelineSpec):
             return NotImplemented
-        return self._identity() == other._identity()
+        return self is other or (self._hash == other._hash and self._identity == other._identity)
 
     def __hash__(self) -> int:
-        return hash(self._identity())
+        return self._hash
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Made again where unpickled: a string's hash differs from process to process."""
+        fields = (self.shader, self.specializations, self.local_size, self.options)
+        return (PipelineSpec, (*fields, self.subgroup_size, self.baked_push, self.spirv))

@@ -29,11 +29,11 @@ from ..cache._pipeline_cache import PipelineCache, await_shared
 from ..cache._spec import PipelineSpec
 from ..gpu._device import VulkanDevice
 from ..gpu._pipeline import PipelineArtifact
-from ..layers._gpu_api import GpuTarget, local_size_1d
-from ..shader._options import ShaderOptions
+from ..layers._gpu_api import GpuTarget
 from ._bound_node import BoundNode
 from ._compile_at_dispatch import compile_at_dispatch
 from ._graph import Graph
+from ._host_transfers import cast_specs
 from ._lent_plan import LentPlan
 from ._option import Option
 from ._plan import Plan, PlanRequest
@@ -150,16 +150,18 @@ class GpuModel:
                 graph, model.bound, info, cache.registry.shape_variant, options
             )
             baked = [(model.bound[i], key, spec) for i, key, spec in requests]
-        casts = model._io_cast_specs(options) if model.storage_fp16 else {}
+        casts = cast_specs(model.device.info, options) if model.storage_fp16 else {}
         if prefetch is not None:
             await prefetch([spec for _, _, spec in wanted + baked] + list(casts.values()))
-        # background pipelines are requested once the load's own are built, so that their
-        # compiles never hold a compile thread the load waits for
+        # background pipelines are requested behind the load's own, so that their compiles
+        # never hold a compile thread the load waits for: the pool takes requests in order
+        # (a CPU device's wait for the first extraction, in _adopt)
         now: list[_Wanted] = list(baked)
         later: list[_Wanted] = []
         for w in wanted:
             (later if w[1] in w[0].background else now).append(w)
-        started = cache.request_many([spec for _, _, spec in now] + list(casts.values()))
+        behind = [] if info.is_cpu else [spec for _, _, spec in later]
+        started = cache.request_many([spec for _, _, spec in now] + list(casts.values()) + behind)
         try:
             await model._build([(b, key, started[spec]) for b, key, spec in now], progress)
             for direction, spec in casts.items():
@@ -176,13 +178,6 @@ class GpuModel:
             shape_baked_pipelines=len(baked),
         )
         return model
-
-    def _io_cast_specs(self, options: ShaderOptions) -> dict[str, PipelineSpec]:
-        local = local_size_1d(self.device.info)
-        return {
-            "to_storage": PipelineSpec("copy_f32", (), local, options),
-            "to_f32": PipelineSpec("copy_to_f32", (), local, options),
-        }
 
     def _bind(self) -> None:
         """Pair each GPU-capable layer with the device (its params checked for the GPU too)."""
@@ -272,8 +267,7 @@ class GpuModel:
                             bound.attach(key, task.result())
                             attached = True
                 if attached:  # those built together, one new version
-                    self.pipelines_version += 1
-                    self.plans.renew()
+                    self._new_version(waits[t].shader for t in done if not t.exception())
         finally:
             for task in pending:
                 task.cancel()  # the builds go on, owned by the cache
@@ -281,8 +275,14 @@ class GpuModel:
             await compile_at_dispatch(self.device, {id(a): a for _, _, a in built}.values())
             for bound, key, artifact in built:
                 bound.attach(key, artifact)
-            self.pipelines_version += 1
-            self.plans.renew()
+            self._new_version(a.name for _, _, a in built)
+
+    def _new_version(self, adopted: Iterable[str]) -> None:
+        """Pipelines were attached: plans recorded before are old (renewed off the request
+        path)."""
+        self.pipelines_version += 1
+        log.debug("pipelines version %d: %s", self.pipelines_version, ", ".join(sorted(adopted)))
+        self.plans.renew()
 
     def build_background_now(self) -> None:
         """Someone waits for the background pipelines: on CPU devices they need not wait for

@@ -14,15 +14,27 @@ from typing import Any
 
 import numpy as np
 
+from ..cache._spec import PipelineSpec
 from ..gpu._command import CommandRecorder
 from ..gpu._device import VulkanDevice
+from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer, MemoryKind
 from ..gpu._pipeline import PipelineArtifact
 from ..layers._gpu_api import groups_1d, local_size_1d, pack_push
+from ..shader._options import ShaderOptions
 
 _F32 = np.dtype(np.float32)
 
 Shape = tuple[int, ...]
+
+
+def cast_specs(info: GpuInfo, options: ShaderOptions) -> dict[str, PipelineSpec]:
+    """The pipelines that convert float32 to the storage type and back, by direction."""
+    local = local_size_1d(info)
+    return {
+        "to_storage": PipelineSpec("copy_f32", (), local, options),
+        "to_f32": PipelineSpec("copy_to_f32", (), local, options),
+    }
 
 
 class HostTransfers:

@@ -7,6 +7,7 @@ cold start costs the slowest pipeline rather than the sum). Extractors run the c
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -135,11 +136,18 @@ class Net:
         await self.model_cache.before_load()
         start = time.perf_counter()
         bin_source = await model_source(source, ".bin")
-        reader = await run_sync(ModelBinReader.open, bin_source)
-        self.graph = graph = await run_sync(load_weights, self.graph, reader)
+        # the device opens (100-200 ms on a discrete GPU's driver) while the weights are read
+        device_setup = asyncio.ensure_future(run_sync(self._setup_device))
+        try:
+            reader = await run_sync(ModelBinReader.open, bin_source)
+            self.graph = graph = await run_sync(load_weights, self.graph, reader)
+        except BaseException:
+            await asyncio.wait([device_setup])  # its thread runs on: it ends first, unraised
+            if not device_setup.cancelled():
+                device_setup.exception()
+            raise
         read_s = time.perf_counter() - start
-        # opening the device (100-200 ms on a discrete GPU's driver) must not block the loop
-        await run_sync(self._setup_device)
+        await device_setup
         if self.cache is not None and self.use_vulkan:
             cache, model_cache = self.cache, self.model_cache
             await model_cache.open_folder(cache, self._param_source, bin_source)

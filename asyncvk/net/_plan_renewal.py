@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -80,6 +81,7 @@ class PlanRenewals(Generic[Key, Made]):
         try:
             while self._needed(key):
                 version = self._version()
+                started = time.perf_counter()
                 build = asyncio.ensure_future(run_sync(self._build_yielding, key))
                 try:
                     await outlive(build)  # a thread cannot be stopped: its plan is not lost
@@ -97,6 +99,12 @@ class PlanRenewals(Generic[Key, Made]):
                     self._discard(made)
                     return
                 self.renewed += 1
+                log.debug(
+                    "plan for %s recorded again at version %d in %.1f ms",
+                    key,
+                    version,
+                    (time.perf_counter() - started) * 1000,
+                )
         finally:
             del self._tasks[key]
 
