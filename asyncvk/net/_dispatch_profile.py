@@ -29,6 +29,7 @@ from ..gpu._command import CommandRecorder
 from ..gpu._memory import Buffer
 from ..gpu._timestamps import TimestampQueries
 from ._extractor import Extractor
+from ._item_batch import ItemBatch
 from ._plan import Plan, PlanRequest, _Segment
 from ._plan_context import PlanContext
 
@@ -167,8 +168,10 @@ class ProfiledPlan(Plan):
         assert self._recording is not None
         return _TimedContext(self, node, recorder, self._recording)
 
-    async def run(self, inputs: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
-        out = await super().run(inputs)
+    async def run(
+        self, inputs: Mapping[int, np.ndarray | ItemBatch], *, written: int | None = None
+    ) -> dict[int, np.ndarray]:
+        out = await super().run(inputs, written=written)
         self.profile = self._read_profile()  # every segment's fence has signalled
         return out
 

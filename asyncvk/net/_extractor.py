@@ -9,6 +9,7 @@ batch: the items run in one plan, one submission (see ``_plan``).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -17,6 +18,7 @@ from .._errors import InputError
 from .._threads import run_sync
 from ._forward import Forward, plan_forward
 from ._graph import Graph
+from ._item_batch import ItemBatch, stacked
 from ._loaded import LoadedModel
 from ._plan import PlanRequest, run_cpu_layer
 
@@ -43,8 +45,9 @@ class Extractor:
         #: the Net that made this extractor (``net.create_extractor()``)
         self.net = net
         self._generation = net.generation
-        #: blob -> array with a leading item axis (of 1 when the inputs have no batch axis)
-        self._inputs: dict[int, np.ndarray] = {}
+        #: blob -> array with a leading item axis (of 1 when the inputs have no batch axis), or
+        #: an ItemBatch: a server's batch as its requests' own arrays
+        self._inputs: dict[int, np.ndarray | ItemBatch] = {}
         #: blob -> whether the caller gave it a batch axis
         self._batched: dict[int, bool] = {}
         #: what forwards computed, the same way
@@ -107,10 +110,17 @@ class Extractor:
         index = graph.blob_index.get(name)
         if index is None:
             raise InputError(f"no blob named {name!r} (inputs: {list(graph.input_names)})")
-        dtype = np.asarray(array).dtype
-        if dtype.kind not in "fiu":  # real numbers become float32; bool, complex, text do not
-            raise InputError(f"input {name!r}: dtype {dtype} is not a real number type")
-        data = np.asarray(array, dtype=np.float32)
+        data: np.ndarray | ItemBatch
+        if isinstance(array, ItemBatch):  # kept as the arrays, each item written once
+            for part in array.parts:
+                _check_real(name, part.dtype)
+            data = array.float32()
+            if batch_axis is False:
+                raise InputError(f"input {name!r}: an ItemBatch has its batch axis first")
+            batch_axis = True
+        else:
+            _check_real(name, np.asarray(array).dtype)
+            data = np.asarray(array, dtype=np.float32)
         batched = has_batch_axis(graph, index, data.ndim) if batch_axis is None else batch_axis
         item_dims = data.ndim - batched
         if not 1 <= item_dims <= MAX_ITEM_DIMS:
@@ -121,16 +131,18 @@ class Extractor:
             )
         if batched and data.shape[0] == 0:
             raise InputError(f"input {name!r}: a batch of 0 items (shape {data.shape})")
-        self._check_same_batch(graph, index, name, batched, data)
-        self._inputs[index] = np.ascontiguousarray(data if batched else data[np.newaxis])
+        self._check_same_batch(graph, index, name, batched, data.shape)
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data if batched else data[np.newaxis])
+        self._inputs[index] = data
         self._batched[index] = batched
         self._kept.clear()
 
     def _check_same_batch(
-        self, graph: Graph, index: int, name: str, batched: bool, data: np.ndarray
+        self, graph: Graph, index: int, name: str, batched: bool, shape: tuple[int, ...]
     ) -> None:
         """InputError when another input's batch (or its lack of one) differs."""
-        items = data.shape[0] if batched else 1
+        items = shape[0] if batched else 1
         for other, array in self._inputs.items():
             if other == index:
                 continue
@@ -140,7 +152,7 @@ class Extractor:
                     return f"a batch of {shape[0]}" if b else "no batch axis"
 
                 raise InputError(
-                    f"input {name!r} has {say(batched, data.shape)} (shape {data.shape}) but "
+                    f"input {name!r} has {say(batched, shape)} (shape {shape}) but "
                     f"input {graph.blob_names[other]!r} has "
                     f"{say(self._batched[other], array.shape)}: every input needs the same"
                 )
@@ -192,8 +204,16 @@ class Extractor:
         held = {**self._inputs, **self._kept}
         return {name: self._unbatched(held[t]) for name, t in wanted.items()}
 
-    def _unbatched(self, array: np.ndarray) -> np.ndarray:
+    def _unbatched(self, array: np.ndarray | ItemBatch) -> np.ndarray:
+        if isinstance(array, ItemBatch):
+            array = np.asarray(array)  # an input handed back: joined, the one copy
         return array if self.batched else array[0]
+
+    def _written(self) -> int:
+        """The items a forward writes, runs on the host and reads back: all but an
+        ItemBatch's padding."""
+        padded = [a.items for a in self._inputs.values() if isinstance(a, ItemBatch)]
+        return min(padded, default=self.batch)
 
     async def _run(self, wanted: list[int]) -> dict[int, np.ndarray]:
         """One forward for ``wanted`` from the inputs and what was kept: the blobs it hands
@@ -203,14 +223,15 @@ class Extractor:
         forward = plan_forward(graph, held.keys(), wanted)
         reads = {b: held[b] for b in forward.reads}
         items = self.batch
+        written = self._written()
         gpu_model = self.net.gpu_model
         if gpu_model is None:
-            return await _run_on_cpu(forward, reads, items)
+            return await _run_on_cpu(forward, reads, items, written)
         shapes = {b: a.shape[1:] for b, a in reads.items()}
         request = PlanRequest.of(shapes, forward.kept, items)
         async with gpu_model.lent_plan(request) as plan:  # a reload waits for it to end
             self.plan_item_bytes = plan.peak_bytes
-            return await plan.run(reads)
+            return await plan.run(reads, written=written)
 
 
 def has_batch_axis(graph: Graph, blob: int, ndim: int) -> bool:
@@ -225,20 +246,24 @@ def has_batch_axis(graph: Graph, blob: int, ndim: int) -> bool:
     return ndim > MAX_ITEM_DIMS - 1
 
 
+def _check_real(name: str, dtype: np.dtype[Any]) -> None:
+    if dtype.kind not in "fiu":  # real numbers become float32; bool, complex, text do not
+        raise InputError(f"input {name!r}: dtype {dtype} is not a real number type")
+
+
 async def _run_on_cpu(
-    forward: Forward, reads: dict[int, np.ndarray], items: int
+    forward: Forward, reads: dict[int, np.ndarray | ItemBatch], items: int, written: int
 ) -> dict[int, np.ndarray]:
-    """The forward's layers by their numpy forward, item by item, on a worker thread."""
+    """The forward's layers by their numpy forward, item by item, on a worker thread (the
+    first ``written`` items; a padding item's rows are left unset)."""
 
     def run() -> dict[int, np.ndarray]:
-        hosts = [{b: a[i] for b, a in reads.items()} for i in range(items)]
+        hosts = [{b: a[i] for b, a in reads.items()} for i in range(written)]
         for node in forward.nodes:
             for host in hosts:
                 outs = run_cpu_layer(node, [host[b] for b in node.bottoms])
                 for t, value in zip(node.tops, outs, strict=True):
                     host[t] = value
-        return {
-            t: np.stack([np.asarray(h[t], dtype=np.float32) for h in hosts]) for t in forward.kept
-        }
+        return {t: stacked(hosts, t, items) for t in forward.kept}
 
     return await run_sync(run)

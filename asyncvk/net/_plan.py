@@ -34,6 +34,7 @@ from ._forward import needed_nodes
 from ._graph import Graph, GraphNode
 from ._host_transfers import HostTransfers
 from ._input_limits import check_plan_fits
+from ._item_batch import ItemBatch, stacked
 from ._plan_context import PlanContext
 from ._plan_memory import assign_offsets, live_ranges
 from ._plan_placement import _SHAPE_ERRORS, _cannot_take, place_layers, share_storage
@@ -272,11 +273,17 @@ class Plan:
         view = self._views[item][self.root.get(blob, blob)]
         return self.io.read(item, blob, view, self.shapes[blob])
 
-    async def run(self, inputs: Mapping[int, np.ndarray]) -> dict[int, np.ndarray]:
+    async def run(
+        self, inputs: Mapping[int, np.ndarray | ItemBatch], *, written: int | None = None
+    ) -> dict[int, np.ndarray]:
         """Run once with ``inputs`` (blob id -> array with a leading axis of ``batch`` items);
-        returns every target the same way, as float32."""
+        returns every target the same way, as float32.
+
+        Only the first ``written`` items (None: all) are written, run on the host and read
+        back: the others are padding (see ``_item_batch``), their rows of the results unset."""
+        count = self.batch if written is None else written
         hosts: list[dict[int, np.ndarray]] = [
-            {b: a[item] for b, a in inputs.items()} for item in range(self.batch)
+            {b: a[item] for b, a in inputs.items()} for item in range(count)
         ]
         results: dict[int, np.ndarray] = {}
         for step in self.steps:
@@ -289,7 +296,7 @@ class Plan:
                 for t in step.download:
                     self._download(t, hosts, results)
             else:
-                if step.choose_inline(self.batch):
+                if step.choose_inline(len(hosts)):
                     _run_items(step, hosts)
                 else:
                     await run_sync(_run_items, step, hosts)
@@ -297,14 +304,14 @@ class Plan:
             if t not in results:
                 if t not in hosts[0]:
                     raise InputError(f"blob {self.graph.blob_names[t]!r} was not produced")
-                results[t] = np.stack([np.asarray(h[t], dtype=np.float32) for h in hosts])
+                results[t] = stacked(hosts, t, self.batch)
         return results
 
     def _download(
         self, blob: int, hosts: list[dict[int, np.ndarray]], results: dict[int, np.ndarray]
     ) -> None:
-        """Read ``blob`` of every item: a target straight into its float32 result (one copy),
-        a blob a CPU layer reads next into each item's host blobs."""
+        """Read ``blob`` of every item written: a target straight into its float32 result
+        (one copy), a blob a CPU layer reads next into each item's host blobs."""
         if blob in self.targets:
             out = results[blob] = np.empty((self.batch, *self.shapes[blob]), np.float32)
             for item, host in enumerate(hosts):

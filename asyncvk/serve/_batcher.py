@@ -7,10 +7,12 @@ one batch runs the next one gathers what arrives meanwhile and the GPU is never 
 of a submission. With ``max_queue_delay`` the head also waits up to that long for others to
 join, unless the batch is full before.
 
-A batch is one extraction over inputs joined along their batch axis: one plan, recorded once
-per batch size and replayed (see ``net._plan``), one submission and one fence per segment for
-every request in it. Its size is rounded up to a power of two (the rest is zeros, computed and
-never read), so a model has a handful of batch plans rather than one per size.
+A batch is one extraction over the requests' inputs along their batch axis: one plan, recorded
+once per batch size and replayed (see ``net._plan``), one submission and one fence per segment
+for every request in it. The requests' arrays are not joined: each item is copied once, from
+the request into the plan (``net._item_batch``). A batch's size is rounded up to a power of two
+(the rest is padding, neither written nor read), so a model has a handful of batch plans
+rather than one per size.
 
 A batch's blobs take device memory in proportion to its items (the plan's arena holds one
 set per item), so ``max_batch_bytes`` bounds a batch by memory too: a key's first batch is its
@@ -35,6 +37,7 @@ import numpy as np
 
 from .._errors import AsyncVkError, InputError
 from ..net._extractor import has_batch_axis
+from ..net._item_batch import ItemBatch
 from ..net._net import Net
 from ..net._net_group import NetGroup
 
@@ -262,7 +265,7 @@ class Batcher:
         stats.batch_sizes[items] += 1
         stats.queue_seconds += sum(start - r.arrived for r in batch)
         try:
-            inputs = _joined([r.inputs for r in batch], items, self._most_items(batch[0]))
+            inputs = batch_inputs([r.inputs for r in batch], items, self._most_items(batch[0]))
 
             async def extract(net: Net) -> tuple[dict[str, np.ndarray], int]:
                 ex = net.create_extractor()
@@ -348,21 +351,12 @@ def padded_size(items: int, max_batch: int) -> int:
     return min(1 << (items - 1).bit_length(), max_batch)
 
 
-def _joined(
+def batch_inputs(
     inputs: list[dict[str, np.ndarray]], items: int, max_batch: int
-) -> dict[str, np.ndarray]:
-    """Each input of every request along the batch axis, zeros after them up to the padded
-    size (one request of that size: its own arrays, not copied)."""
+) -> dict[str, np.ndarray | ItemBatch]:
+    """Each input of the requests as one batch, padded to its plan's size: the requests' own
+    arrays, never joined (see ``net._item_batch``); one request of that size as it came."""
     size = padded_size(items, max_batch)
     if len(inputs) == 1 and size == items:
-        return inputs[0]
-    joined = {}
-    for name, first in inputs[0].items():
-        out = np.zeros((size, *first.shape[1:]), np.float32)
-        offset = 0
-        for request in inputs:
-            array = request[name]
-            out[offset : offset + len(array)] = array
-            offset += len(array)
-        joined[name] = out
-    return joined
+        return dict(inputs[0])
+    return {name: ItemBatch([request[name] for request in inputs], size) for name in inputs[0]}

@@ -1,6 +1,7 @@
 """Running a batch that another batcher gathered (Ray Serve's ``@serve.batch``): its requests
-are grouped by input shapes and outputs, and each group runs as one extraction, padded to a
-power of two of items as asyncvk's own batcher pads (one plan per padded size)."""
+are grouped by input shapes and outputs, and each group runs as one extraction over the
+requests' own arrays, padded to a power of two of items as asyncvk's own batcher pads (one plan
+per padded size)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..net._net import Net
-from ._batcher import _joined
+from ._batcher import batch_inputs
 
 
 @dataclass(eq=False)
@@ -48,9 +49,9 @@ async def run_grouped(
     for indices in groups.values():
         group = [batch[i] for i in indices]
         try:
-            joined = _joined([item.inputs for item in group], item_count(group), max_batch)
+            inputs = batch_inputs([item.inputs for item in group], item_count(group), max_batch)
             ex = net.create_extractor()
-            for name, array in joined.items():
+            for name, array in inputs.items():
                 ex.input(name, array, batch_axis=True)
             results = await ex.extract_many(group[0].outputs)
         except Exception as exc:
