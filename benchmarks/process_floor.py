@@ -78,7 +78,8 @@ CASES: dict[str, str] = {
     + "import numpy, asyncio\nmarks['imports_done'] = since()\nt.join()\n"
     + _REPORT,
     "asyncvk_ready": _CLOCK
-    + "from asyncvk.cli import _main as cli\nfrom asyncvk.gpu import _driver_load\n_driver_load.start()\n"
+    + "from asyncvk.cli import _main as cli\nfrom asyncvk.gpu import _driver_load\n"
+    + "_driver_load.start()\n"
     + "threading.Thread(target=cli._open_device, args=(None,), daemon=True).start()\n"
     + "import numpy, asyncio, asyncvk.cli._runner\nmarks['imports_done'] = since()\n"
     + "from asyncvk.gpu._device import get_gpu_device\nget_gpu_device(None)\n"

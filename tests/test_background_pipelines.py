@@ -169,25 +169,3 @@ async def test_cpu_devices_dispatch_the_winograd_passes_after_the_first_output()
     outputs = [first, second]
     for got in outputs:
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=3e-6 * np.abs(expected).max())
-
-
-async def test_on_gpus_the_background_pipelines_are_asked_for_with_the_load_s_own() -> None:
-    """Where the driver compiles at creation, the GEMM pair is asked for in the load's own
-    request, queued behind its pipelines (the pool takes requests in order), not once they are
-    built: a cold GEMM compile takes about 150 ms on the H200, which the first inferences
-    after a load otherwise pay on the stand-in."""
-    from asyncvk.gpu import get_gpu_info
-
-    if get_gpu_info().is_cpu:
-        pytest.skip("CPU devices ask for them after a first output")
-    param, weights = build(CASE)
-    async with Net() as net:
-        await net.load_param(param)
-        await net.load_model(weights)
-        await net.background_builds()
-        assert net.cache is not None
-        log = net.cache.counters.build_log()
-    background = [b for b in log if b.name.startswith("convolution_gemm")]
-    own = [b for b in log if not b.name.startswith("convolution_gemm")]
-    assert background and own, [b.name for b in log]
-    assert min(b.requested for b in background) < max(b.finished for b in own)

@@ -202,3 +202,11 @@ def test_an_item_batch_is_its_requests_arrays() -> None:
         batch[4]
     with pytest.raises(ValueError, match="cannot hold 3"):
         ItemBatch([a, b], 2)
+
+
+def test_a_request_whose_inputs_hold_different_items_is_refused() -> None:
+    """Ray's batch path: its rows would be another request's answers."""
+    two_items, one_item = _image(1, 2), _image(2, 1)
+    with pytest.raises(InputError, match="same number of items"):
+        BatchItem({"a": two_items, "b": one_item}, ("out",))
+    assert BatchItem({"a": two_items, "b": two_items}, ("out",)).items == 2

@@ -13,12 +13,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from asyncvk import Net
-from asyncvk.gpu import get_gpu_count
+from asyncvk.gpu import _device, get_gpu_count
 
 pytestmark = [
     pytest.mark.skipif(get_gpu_count() == 0, reason="no Vulkan device"),
@@ -66,3 +67,76 @@ async def test_weights_that_fail_to_read_raise_their_error_after_the_device_open
         with pytest.raises(FileNotFoundError, match=r"missing\.bin"):
             await net.load_model(tmp_path / "missing.bin")
         assert net.cache is not None  # the device's setup ended before the error was raised
+
+
+def _await_chain(task: asyncio.Future[Any]) -> list[str]:
+    """The coroutines a pending task is suspended in, outermost first."""
+    names, coro = [], getattr(task, "get_coro", lambda: None)()
+    while coro is not None and hasattr(coro, "cr_code"):
+        names.append(coro.cr_code.co_name)
+        coro = coro.cr_await
+    return names
+
+
+async def test_a_load_cancelled_after_its_read_failed_ends_after_the_device_thread(
+    tmp_path: Path,
+) -> None:
+    """Cancelled while it waits for the device to open, a load still ends after that thread
+    (as ``run_sync`` does): a Net closed after it returned holds no cache made later."""
+    net = Net()
+    await net.load_param(MODEL / "model.param")
+    with _device._devices_lock:  # the device thread waits for the test
+        load = asyncio.ensure_future(net.load_model(tmp_path / "missing.bin"))
+        deadline = time.monotonic() + GUARD_S
+        while _await_chain(load)[1:2] not in (["wait"], ["outlive"]):  # the read has failed
+            assert time.monotonic() < deadline, _await_chain(load)
+            await asyncio.sleep(0.001)
+        load.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not load.done()
+    with pytest.raises(asyncio.CancelledError):
+        await load
+    assert net.cache is not None
+    net.close()
+    assert net.cache is None
+
+
+async def test_a_net_closed_during_its_load_raises_and_keeps_nothing(tmp_path: Path) -> None:
+    """Closed while its weights are read (after its device thread opened a cache): the load
+    raises, and the cache that thread made is closed, not left to the closed Net."""
+    pipe = tmp_path / "model.bin"
+    os.mkfifo(pipe)
+    weights = (MODEL / "model.bin").read_bytes()
+    net = Net()
+    await net.load_param(MODEL / "model.param")
+    opened = threading.Event()
+    closed = threading.Event()
+    made: list[Any] = []
+
+    def write_once_closed() -> None:
+        deadline = time.monotonic() + GUARD_S
+        while net.cache is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        made.append(net.cache)
+        opened.set()
+        closed.wait(GUARD_S)
+        with pipe.open("wb") as f:
+            f.write(weights)
+
+    writer = threading.Thread(target=write_once_closed)
+    writer.start()
+    load = asyncio.ensure_future(net.load_model(pipe))
+    try:
+        assert await asyncio.to_thread(opened.wait, GUARD_S)
+        net.close()
+        closed.set()
+        with pytest.raises(RuntimeError, match="this Net is closed"):
+            await load
+    finally:
+        closed.set()
+        await asyncio.to_thread(writer.join)
+    assert made[0] is not None and made[0].closed
+    assert net.cache is None and net.gpu_model is None and not net.loaded
+    with pytest.raises(RuntimeError, match="this Net is closed"):
+        await net.load_param(MODEL / "model.param")

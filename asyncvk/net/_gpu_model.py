@@ -49,6 +49,7 @@ Prefetch = Callable[[Sequence[PipelineSpec]], Awaitable[None]]
 _FEATMASK_NO_VULKAN = 1 << 4
 #: A pipeline wanted: the node, its key (a name, or (name, push bytes) when shape-baked), spec.
 _Wanted = tuple[BoundNode, str | tuple[str, bytes], PipelineSpec]
+_Started = dict[PipelineSpec, Future[PipelineArtifact]]  # the builds a request started
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,9 @@ class GpuModel:
         casts = cast_specs(model.device.info, options) if model.storage_fp16 else {}
         if prefetch is not None:
             await prefetch([spec for _, _, spec in wanted + baked] + list(casts.values()))
-        # background pipelines are requested behind the load's own, so that their compiles
-        # never hold a compile thread the load waits for: the pool takes requests in order
-        # (a CPU device's wait for the first extraction, in _adopt)
+        # background pipelines are requested behind the load's own (the pool takes requests in
+        # order), so that their compiles never hold a compile thread the load waits for; _adopt
+        # waits on these builds, never asks again (a CPU device's requests wait, in _adopt)
         now: list[_Wanted] = list(baked)
         later: list[_Wanted] = []
         for w in wanted:
@@ -171,7 +172,7 @@ class GpuModel:
         except BaseException:
             model.release()
             raise
-        model.background = asyncio.ensure_future(model._adopt(cache, later))
+        model.background = asyncio.ensure_future(model._adopt(cache, later, started))
         model.load_times = dataclasses.replace(
             model.load_times,
             pipelines_requested=len(now) + len(later),
@@ -229,7 +230,7 @@ class GpuModel:
             raise
         self.load_times = GpuLoadTimes(pipelines_s, time.perf_counter() - t0)
 
-    async def _adopt(self, cache: PipelineCache, wanted: list[_Wanted]) -> None:
+    async def _adopt(self, cache: PipelineCache, wanted: list[_Wanted], started: _Started) -> None:
         """Build the background pipelines and hand each to its node as it is done; one that
         fails to build is left out (its layer records the pipelines it already has). On CPU
         devices, whose driver compiles at a pipeline's first dispatch, they are requested after
@@ -239,7 +240,7 @@ class GpuModel:
         compiles_at_dispatch = self.device.info.is_cpu
         if compiles_at_dispatch:  # nor do their SPIR-V compiles take a core from a first output
             await self._queue_free.wait()
-        started = cache.request_many(spec for _, _, spec in wanted)
+            started = cache.request_many(spec for _, _, spec in wanted)
         # while they compile: the weights only they read (Winograd's), before any is handed over
         nodes = {bound.node.index: bound for bound, _, _ in wanted}.values()
         await run_sync(self._upload, nodes, BoundNode.background_weights)
@@ -278,8 +279,7 @@ class GpuModel:
             self._new_version(a.name for _, _, a in built)
 
     def _new_version(self, adopted: Iterable[str]) -> None:
-        """Pipelines were attached: plans recorded before are old (renewed off the request
-        path)."""
+        """Pipelines were attached: plans recorded before are old (renewed off the request path)."""
         self.pipelines_version += 1
         log.debug("pipelines version %d: %s", self.pipelines_version, ", ".join(sorted(adopted)))
         self.plans.renew()

@@ -17,11 +17,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._errors import ModelFormatError
-from .._threads import run_sync
+from .._threads import outlive, run_sync
 from ..cache._pipeline_cache import PipelineCache
 from ..gpu._device import VulkanDevice, get_gpu_device
 from ..gpu._instance import get_gpu_count
 from ..layers._registry import layer_types
+from ._compiler_setup import prepare_compiler_for
 from ._cpu_fallback import warn_cpu_fallback
 from ._extractor import Extractor as Extractor
 from ._gpu_model import GpuModel, Progress
@@ -89,12 +90,14 @@ class Net:
         Raises:
             FileNotFoundError: the path names no file (an OSError, with the path).
             ModelFormatError: the file is malformed (its message names file, line and field).
+            RuntimeError: the Net is closed.
 
         Example::
 
             await net.load_param("model.param")
             print(net.input_names, net.output_names)
         """
+        self._still_open()
         start = time.perf_counter()
         if self.opt.prepare_compiler:
             self.prepare_compiler()
@@ -124,6 +127,7 @@ class Net:
                 ``.param`` (the message names the layer and the offset).
             DeviceError: the Vulkan device failed (``NoDeviceError`` when
                 ``Option(use_vulkan_compute=True)`` asks for one and there is none).
+            RuntimeError: the Net is closed, or was closed during the load.
 
         Example::
 
@@ -132,6 +136,7 @@ class Net:
         """
         if self.graph is None:
             raise ModelFormatError("load_param must be called before load_model")
+        self._still_open()
         await self._retire_model()
         await self.model_cache.before_load()
         start = time.perf_counter()
@@ -142,18 +147,19 @@ class Net:
             reader = await run_sync(ModelBinReader.open, bin_source)
             self.graph = graph = await run_sync(load_weights, self.graph, reader)
         except BaseException:
-            await asyncio.wait([device_setup])  # its thread runs on: it ends first, unraised
-            if not device_setup.cancelled():
-                device_setup.exception()
+            await outlive(device_setup)  # its thread runs on: it ends first (cancelled too)
             raise
         read_s = time.perf_counter() - start
         await device_setup
+        self._still_open()
         if self.cache is not None and self.use_vulkan:
             cache, model_cache = self.cache, self.model_cache
             await model_cache.open_folder(cache, self._param_source, bin_source)
-            self.gpu_model = await GpuModel.load(
+            gpu_model = await GpuModel.load(
                 graph, cache, self.opt, progress=progress, prefetch=model_cache.prefetch(cache)
             )
+            self._still_open(gpu_model)
+            self.gpu_model = gpu_model
             model_cache.after_load(cache, self.gpu_model)
         elif progress:
             progress(len(graph.nodes), len(graph.nodes))
@@ -200,22 +206,7 @@ class Net:
         ``load_param`` does this unless ``Option.prepare_compiler`` is False: a caller that
         attaches a cache file after ``load_param`` calls it then, so a warm load sets nothing
         up."""
-        if self.opt.use_vulkan_compute is False:
-            return
-        cache = self.opt.pipeline_cache
-        if cache is not None and cache.statistics().spirv_entries:
-            return  # warm from a cache file: nothing to compile, most likely
-        from ..shader._packaged import packaged_complete
-
-        if packaged_complete() and (cache is None or cache.use_packaged):
-            return  # the install compiled every shader
-        # only a load that may compile needs it; with a remote cache, only if it is down
-        from ..cache._early_setup import prepare_compiler_unless_served
-
-        folder = self.opt.cache_dir
-        prepare_compiler_unless_served(
-            self.opt.remote_cache, None if folder is None else os.fspath(folder)
-        )
+        prepare_compiler_for(self.opt)
 
     # -- the cache -----------------------------------------------------------------------------
 
@@ -312,9 +303,21 @@ class Net:
         if gpu_model is not None:
             self._commands_before += gpu_model.commands_recorded
             gpu_model.release()
+        self._drop_cache()
+
+    def _drop_cache(self) -> None:
         if self._owns_cache and self.cache is not None:
             self.cache.close()
         self.cache = None
+
+    def _still_open(self, loaded: GpuModel | None = None) -> None:
+        """RuntimeError if the Net was closed (meanwhile, for a load under way: what the load
+        made since, the cache its device thread opened and ``loaded``, goes too)."""
+        if self._closed:
+            if loaded is not None:
+                loaded.release()
+            self._drop_cache()
+            raise RuntimeError("this Net is closed: make a new one to load a model")
 
     async def aclose(self) -> None:
         """Wait for the background builds, flush the cache folder's background save, then

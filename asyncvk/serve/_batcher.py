@@ -145,7 +145,7 @@ class Batcher:
             raise QueueFull(
                 f"{len(self._queue)} requests already wait for this model (the queue's bound)"
             )
-        items = _items(inputs)
+        items = request_items(inputs)
         arrays = {n: np.asarray(a, np.float32) for n, a in inputs.items()}
         names, key = self._key({n: a.shape[1:] for n, a in arrays.items()}, outputs)
         future: asyncio.Future[dict[str, np.ndarray]] = asyncio.get_running_loop().create_future()
@@ -332,7 +332,7 @@ def with_batch_axis(
     return batched, arrays if batched else {n: a[np.newaxis] for n, a in arrays.items()}
 
 
-def _items(inputs: Mapping[str, np.ndarray]) -> int:
+def request_items(inputs: Mapping[str, np.ndarray]) -> int:
     """The items every input holds along its batch axis (InputError when they differ)."""
     if not inputs:
         raise InputError("no inputs")

@@ -5,25 +5,30 @@ per padded size)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..net._net import Net
-from ._batcher import batch_inputs
+from ._batcher import batch_inputs, request_items
 
 
 @dataclass(eq=False)
 class BatchItem:
-    """One request: its inputs (batch axis first, the same items in each) and its outputs."""
+    """One request: its inputs (batch axis first, the same items in each) and its outputs.
+
+    Raises:
+        InputError: its inputs hold different numbers of items (its answers would be another
+            request's rows), or none.
+    """
 
     inputs: dict[str, np.ndarray]
     outputs: tuple[str, ...]
+    items: int = field(init=False)
 
-    @property
-    def items(self) -> int:
-        return len(next(iter(self.inputs.values())))
+    def __post_init__(self) -> None:
+        self.items = request_items(self.inputs)
 
     @property
     def key(self) -> tuple[Any, ...]:
