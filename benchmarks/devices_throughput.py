@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 from _common import MODELS, ROOT, blob_names, emit, free_port
-from server_throughput import _clients, _close, _for_seconds, _serve, _wait_ready
+from server_throughput import _clients, _close, _for_seconds, _serve, _wait_ready, saved_variants
 
 sys.path.insert(0, str(ROOT / "tests"))
 VARIANTS = 8
@@ -160,14 +160,7 @@ def _http(
     inputs: list[np.ndarray], outputs: list[np.ndarray], report: dict[str, Any],
 ) -> None:  # fmt: skip
     folder = MODELS / name
-    tmp = Path(args.work) / name
-    tmp.mkdir(parents=True, exist_ok=True)
-    paths_in, paths_out = [], []
-    for i, (x, y) in enumerate(zip(inputs, outputs, strict=True)):
-        np.save(tmp / f"x{i}.npy", x)
-        np.save(tmp / f"y{i}.npy", y)
-        paths_in.append(str(tmp / f"x{i}.npy"))
-        paths_out.append(str(tmp / f"y{i}.npy"))
+    paths_in, paths_out = saved_variants(Path(args.work) / name, inputs, outputs)
     in_name, out_name = blob_names(folder)
     for label, members in (("one_gpu", devices[:1]), ("all_gpus", devices)):
         port = free_port()

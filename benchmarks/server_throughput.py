@@ -339,18 +339,26 @@ def _batches(before: dict[str, float], after: dict[str, float], name: str) -> di
     }
 
 
+def saved_variants(
+    folder: Path, inputs: list[np.ndarray], outputs: list[np.ndarray]
+) -> tuple[list[str], list[str]]:
+    """The input variants and their expected outputs as .npy files in ``folder``, for the
+    client processes: (input paths, output paths)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths_in, paths_out = [], []
+    for i, (x, y) in enumerate(zip(inputs, outputs, strict=True)):
+        np.save(folder / f"x{i}.npy", x)
+        np.save(folder / f"y{i}.npy", y)
+        paths_in.append(str(folder / f"x{i}.npy"))
+        paths_out.append(str(folder / f"y{i}.npy"))
+    return paths_in, paths_out
+
+
 def _model(args: argparse.Namespace, name: str, shape: tuple[int, ...]) -> dict[str, Any]:
     folder = MODELS / name
     clients = [int(c) for c in args.clients.split(",")]
     report, inputs, outputs = asyncio.run(_in_process(folder, shape, clients, args.seconds))
-    tmp = Path(args.work) / name
-    tmp.mkdir(parents=True, exist_ok=True)
-    paths_in, paths_out = [], []
-    for i, (x, y) in enumerate(zip(inputs, outputs, strict=True)):
-        np.save(tmp / f"x{i}.npy", x)
-        np.save(tmp / f"y{i}.npy", y)
-        paths_in.append(str(tmp / f"x{i}.npy"))
-        paths_out.append(str(tmp / f"y{i}.npy"))
+    paths_in, paths_out = saved_variants(Path(args.work) / name, inputs, outputs)
     in_name, out_name = blob_names(folder)
     port = free_port()
     grpc_port = free_port() if "grpc" in args.protocols.split(",") else None

@@ -17,6 +17,8 @@ from asyncvk.gpu import (
     VulkanDevice,
     get_gpu_count,
     get_gpu_device,
+    get_gpu_info,
+    resolve_quirks,
     validation_messages,
 )
 
@@ -67,6 +69,19 @@ def device() -> Iterator[VulkanDevice]:
     if get_gpu_count() == 0:
         pytest.skip("no Vulkan device (install mesa-vulkan-drivers)")
     yield get_gpu_device()
+
+
+@pytest.fixture
+def staged() -> Iterator[VulkanDevice]:
+    """A device of its own whose inputs go through staging buffers (a discrete GPU's path)."""
+    if get_gpu_count() == 0:
+        pytest.skip("no Vulkan device (install mesa-vulkan-drivers)")
+    quirks = resolve_quirks(get_gpu_info(0).identity, "upload_through_staging")
+    device = VulkanDevice(0, quirks=quirks)
+    try:
+        yield device
+    finally:
+        device.close()
 
 
 @pytest.fixture(autouse=True, scope="session")

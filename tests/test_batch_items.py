@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 from test_net_run import OUTPUTS, PARAM, _image, _net
 
 from asyncvk import InputError, Net, Option, PipelineCache
-from asyncvk.gpu import VulkanDevice, get_gpu_info, resolve_quirks
+from asyncvk.gpu import VulkanDevice
 from asyncvk.net._item_batch import ItemBatch
 from asyncvk.net._random_weights import random_weights
 from asyncvk.serve._batcher import Batcher, BatchSettings
@@ -78,17 +77,6 @@ async def test_answers_through_the_batcher_equal_runs_alone(tmp_path: Path, wher
         for name in OUTPUTS:
             batched = np.concatenate([a[name] for a in answers[: len(xs)]])
             np.testing.assert_array_equal(outputs[name][:7], batched)
-
-
-@pytest.fixture
-def staged() -> Iterator[VulkanDevice]:
-    """A device whose inputs go through staging buffers (a discrete GPU's path)."""
-    quirks = resolve_quirks(get_gpu_info(0).identity, "upload_through_staging")
-    device = VulkanDevice(0, quirks=quirks)
-    try:
-        yield device
-    finally:
-        device.close()
 
 
 async def test_the_plan_gets_each_request_item_and_no_padding(

@@ -4,26 +4,15 @@ resizable BAR); the ``upload_through_staging`` quirk drives this path on a real 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from asyncvk import Net, Option, PipelineCache
-from asyncvk.gpu import VulkanDevice, get_gpu_info, resolve_quirks
+from asyncvk.gpu import VulkanDevice
 
 MODEL = Path(__file__).parent / "models" / "cunet"
-
-
-@pytest.fixture
-def staged() -> Iterator[VulkanDevice]:
-    quirks = resolve_quirks(get_gpu_info(0).identity, "upload_through_staging")
-    device = VulkanDevice(0, quirks=quirks)
-    try:
-        yield device
-    finally:
-        device.close()
 
 
 def test_buffers_are_unmapped_and_round_trip(staged: VulkanDevice) -> None:
