@@ -132,24 +132,12 @@ def test_a_large_upload_is_split_over_threads_and_round_trips(
 ) -> None:
     """Copies past PARALLEL_COPY_BYTES go in page-aligned parts on COPY_THREADS threads; a size
     that does not divide leaves a short last part, and every byte lands where it belongs."""
-    from asyncvk.gpu import _device, get_gpu_info, resolve_quirks
+    from asyncvk.gpu import _host_copies, get_gpu_info, resolve_quirks
 
-    monkeypatch.setattr(_device, "PARALLEL_COPY_BYTES", 4096)
-    monkeypatch.setattr(_device, "COPY_THREADS", 3)
+    monkeypatch.setattr(_host_copies, "PARALLEL_COPY_BYTES", 4096)
+    monkeypatch.setattr(_host_copies, "COPY_THREADS", 3)
     parts: list[int] = []
-    real_pool = _device.thread_pool
-
-    class RecordingPool:
-        """The real copy pool, noting the size of each part given to it."""
-
-        def __init__(self, pool: concurrent.futures.ThreadPoolExecutor) -> None:
-            self.pool = pool
-
-        def submit(self, fn: Any, dst: np.ndarray, src: np.ndarray) -> concurrent.futures.Future:
-            parts.append(dst.nbytes)
-            return self.pool.submit(fn, dst, src)
-
-    monkeypatch.setattr(_device, "thread_pool", lambda *a: RecordingPool(real_pool(*a)))
+    _record_copy_parts(monkeypatch, parts)
     data = np.random.default_rng(2).standard_normal(25_001).astype(np.float32)  # 3 parts
     target = device
     if staged:
@@ -165,6 +153,49 @@ def test_a_large_upload_is_split_over_threads_and_round_trips(
     finally:
         if staged:
             target.close()
+
+
+def _record_copy_parts(monkeypatch: pytest.MonkeyPatch, parts: list[int]) -> None:
+    """The real copy pool, noting the bytes of each part given to one of its threads."""
+    from asyncvk.gpu import _host_copies
+
+    real_pool = _host_copies.thread_pool
+
+    class RecordingPool:
+        def __init__(self, pool: concurrent.futures.ThreadPoolExecutor) -> None:
+            self.pool = pool
+
+        def submit(self, fn: Any, share: list[tuple[np.ndarray, np.ndarray]]) -> Any:
+            parts.append(sum(dst.nbytes for dst, _ in share))
+            return self.pool.submit(fn, share)
+
+    monkeypatch.setattr(_host_copies, "thread_pool", lambda *a: RecordingPool(real_pool(*a)))
+
+
+def test_many_copies_are_spread_over_threads_in_shares_of_similar_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch's items (``copy_all``): past PARALLEL_COPIES_BYTES in all, the copies go to
+    COPY_THREADS threads, the largest first to the least loaded; below it, on the caller's
+    thread. Every byte lands where it belongs."""
+    from asyncvk.gpu import _host_copies
+
+    monkeypatch.setattr(_host_copies, "PARALLEL_COPIES_BYTES", 10_000)
+    monkeypatch.setattr(_host_copies, "COPY_THREADS", 3)
+    parts: list[int] = []
+    _record_copy_parts(monkeypatch, parts)
+    rng = np.random.default_rng(4)
+    sizes = [4000, 3000, 3000, 2000, 1000, 1000]  # 14,000 bytes: shares of 5,000, 5,000, 4,000
+    srcs = [rng.integers(0, 255, n, dtype=np.uint8) for n in sizes]
+    dsts = [np.zeros(n, np.uint8) for n in sizes]
+    _host_copies.copy_all(list(zip(dsts, srcs, strict=True)))
+    assert sorted(parts) == [4000, 5000, 5000]
+    for dst, src in zip(dsts, srcs, strict=True):
+        np.testing.assert_array_equal(dst, src)
+    parts.clear()
+    small = [(np.zeros(10, np.uint8), np.ones(10, np.uint8)) for _ in range(3)]
+    _host_copies.copy_all(small)
+    assert parts == [] and all(d.all() for d, _ in small)
 
 
 async def _scale_add(

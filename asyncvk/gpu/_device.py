@@ -9,7 +9,6 @@ buffer uses is never released while the GPU still reads it.
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import threading
 import time
 from collections import Counter
@@ -18,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _vk
 from .._errors import GpuTimeoutError
-from .._threads import outlive, run_sync, thread_pool
+from .._threads import outlive, run_sync
 from ._command import CommandRecorder
 from ._fence_timeout import DEFAULT_FENCE_TIMEOUT_S as DEFAULT_FENCE_TIMEOUT_S
 from ._fence_timeout import fence_timeout_from_env
+from ._host_copies import copy_bytes
 from ._info import GpuInfo
 from ._instance import get_default_gpu_index, get_gpu_info, instance
 from ._logical_device import create_device, pick_queue_family
@@ -37,37 +37,6 @@ ffi = _vk.ffi
 #: How long before a run's expected end :meth:`VulkanDevice.run` starts polling its fence from
 #: the event loop, and how long past it the poll goes on before a thread takes the wait over.
 POLL_MAX_S = 0.002
-
-
-#: Copies of at least this many bytes are split over COPY_THREADS threads (numpy lets go of the
-#: GIL while it copies).
-PARALLEL_COPY_BYTES = 32 << 20
-COPY_THREADS = 4
-
-
-def copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[:] = src`` for two uint8 arrays. One core wrote about 10 GB/s into the H100's
-    mapped device memory; a large model's weights (vgg16's 553 MB) are split over threads."""
-    import numpy as np
-
-    n = src.nbytes
-    if n < PARALLEL_COPY_BYTES or COPY_THREADS <= 1:
-        np.copyto(dst, src)
-        return
-    step = -(-n // COPY_THREADS)
-    step = (step + 4095) // 4096 * 4096
-    pool = thread_pool("copy", COPY_THREADS)
-    parts = []
-    try:
-        for i in range(0, n, step):
-            parts.append(pool.submit(np.copyto, dst[i : i + step], src[i : i + step]))
-    except RuntimeError:  # the interpreter is shutting down: no new threads, copy here
-        np.copyto(dst, src)
-    finally:
-        # every part has ended before this returns or raises: the caller may free dst then
-        concurrent.futures.wait(parts)
-    for part in parts:
-        part.result()
 
 
 class VulkanDevice:

@@ -17,6 +17,7 @@ import numpy as np
 from ..cache._spec import PipelineSpec
 from ..gpu._command import CommandRecorder
 from ..gpu._device import VulkanDevice
+from ..gpu._host_copies import copy_all
 from ..gpu._info import GpuInfo
 from ..gpu._memory import Buffer, MemoryKind
 from ..gpu._pipeline import PipelineArtifact
@@ -98,12 +99,17 @@ class HostTransfers:
         groups = groups_1d(count, local_size_1d(info), info)
         rec.dispatch(pipeline, [src, dst], pack_push("i", count), groups)
 
-    def write(self, item: int, blob: int, array: np.ndarray, view: Buffer) -> None:
-        """Item ``item``'s input ``blob`` into its staging buffer, or straight into ``view``."""
-        data = np.ascontiguousarray(array, dtype=self.host).reshape(-1).view(np.uint8)
-        staging = self.staging[item].get(blob)
-        target = staging if staging is not None else view
-        target.view()[: data.nbytes] = data.data
+    def write_all(self, writes: list[tuple[int, int, np.ndarray, Buffer]]) -> None:
+        """Each (item, input blob, array, view): the array into the item's staging buffer for
+        the blob, or straight into ``view``. A batch's many items are copied on several threads
+        (``gpu._host_copies``)."""
+        pairs = []
+        for item, blob, array, view in writes:
+            data = np.ascontiguousarray(array, dtype=self.host).reshape(-1).view(np.uint8)
+            staging = self.staging[item].get(blob)
+            target = staging if staging is not None else view
+            pairs.append((np.frombuffer(target.view(), np.uint8, data.nbytes), data))
+        copy_all(pairs)
 
     def read(self, item: int, blob: int, view: Buffer, shape: Shape) -> np.ndarray:
         """Item ``item``'s ``blob`` as the host gets it (a view: float32 when the GPU

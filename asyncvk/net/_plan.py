@@ -265,9 +265,6 @@ class Plan:
 
     # -- running ------------------------------------------------------------------------------
 
-    def _write(self, item: int, storage: int, array: np.ndarray) -> None:
-        self.io.write(item, storage, array, self._views[item][storage])
-
     def _read(self, item: int, blob: int) -> np.ndarray:
         """Item ``item``'s ``blob`` as the host gets it (a view)."""
         view = self._views[item][self.root.get(blob, blob)]
@@ -288,9 +285,13 @@ class Plan:
         results: dict[int, np.ndarray] = {}
         for step in self.steps:
             if isinstance(step, _Segment):
-                for item, host in enumerate(hosts):
-                    for storage in step.upload:
-                        self._write(item, storage, host[storage])
+                self.io.write_all(
+                    [
+                        (item, storage, host[storage], self._views[item][storage])
+                        for item, host in enumerate(hosts)
+                        for storage in step.upload
+                    ]
+                )
                 assert step.recorder is not None
                 await self.device.run(step.recorder)
                 for t in step.download:
