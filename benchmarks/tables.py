@@ -520,6 +520,73 @@ def dispatch_warmup() -> str:
     )
 
 
+def first_inferences() -> str:
+    rows = []
+    for m in load("first_inferences_h200.json")["models"]:
+        ncnn, ours = m["ncnn"], m["asyncvk"]
+        name = m["model"] + (
+            " (suite, 227)" if m["model"] == "squeezenet" and m["source"] == "suite" else ""
+        )
+
+        def cells(r: dict[str, Any]) -> str:
+            return f"{r['first_ms']:.1f}, {r['rest_median_ms']:.2f}, {r['sum_ms']:.1f}"
+
+        adopted = ours.get("all_adopted_ms")
+        rows.append(
+            (
+                name,
+                cells(ncnn),
+                cells(ours),
+                f"{m['asyncvk_sum_over_ncnn']:.2f}",
+                "" if adopted is None else f"{adopted:.0f}",
+            )
+        )
+    return table(
+        (
+            "model",
+            "ncnn: first, then median, sum of 20 (ms)",
+            "asyncvk: first, then median, sum",
+            "asyncvk / ncnn",
+            "all adopted",
+        ),
+        rows,
+    )
+
+
+def devices_throughput() -> str:
+    def cell(r: dict[str, Any]) -> str:
+        return f"{r['requests_per_s']:.0f}, {r['p50_ms']:.1f} / {r['p99_ms']:.1f}"
+
+    rows = []
+    for m in load("devices_throughput_2x_h200.json")["models"]:
+        for clients, p in m["by_clients"].items():
+            rows.append(
+                (
+                    f"{m['model']} 224",
+                    clients,
+                    cell(p["one_gpu"]),
+                    cell(p["all_gpus"]),
+                    f"{p['in_process_speedup']}x",
+                    cell(p["http_one_gpu"]),
+                    cell(p["http_all_gpus"]),
+                    f"{p['http_speedup']}x",
+                )
+            )
+    return table(
+        (
+            "model",
+            "clients",
+            "in process, 1 GPU",
+            "in process, 2 GPUs",
+            "gain",
+            "HTTP, 1 GPU",
+            "HTTP, 2 GPUs",
+            "gain",
+        ),
+        rows,
+    )
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "pipeline_creation": pipeline_creation,
     "cold_start": cold_start,
@@ -539,6 +606,8 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "shape_hints": shape_hints,
     "accuracy_models": accuracy_models,
     "accuracy_suite": accuracy_suite,
+    "first_inferences": first_inferences,
+    "devices_throughput": devices_throughput,
 }
 
 
