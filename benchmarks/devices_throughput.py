@@ -36,7 +36,15 @@ from typing import Any
 
 import numpy as np
 from _common import MODELS, ROOT, blob_names, emit, free_port
-from server_throughput import _clients, _close, _for_seconds, _serve, _wait_ready, saved_variants
+from server_throughput import (
+    _clients,
+    _close,
+    _for_seconds,
+    _serve,
+    _wait_ready,
+    client_spec,
+    saved_variants,
+)
 
 sys.path.insert(0, str(ROOT / "tests"))
 VARIANTS = 8
@@ -96,7 +104,7 @@ async def _taken_away(
     folder: Path, devices: list[int], clients: int, seconds: float,
     inputs: list[np.ndarray], outputs: list[np.ndarray],
 ) -> dict[str, Any]:  # fmt: skip
-    from test_gpu_submit import HostGate
+    from test_net_group import held
 
     from asyncvk.serve._batcher import Batcher
 
@@ -126,20 +134,11 @@ async def _taken_away(
                 counts["right" if ok else "wrong"] += 1
                 done_at.append(time.perf_counter())
 
-        async def take_away() -> HostGate:
-            await asyncio.sleep(gate_at - time.perf_counter())
-            gate = HostGate(failing)
-            recorder = gate.recorder()
-            failing.fence_timeout_s = FAILING_TIMEOUT_S
-            failing.submit(recorder)
-            return gate
-
-        gate_task = asyncio.create_task(take_away())
-        await asyncio.gather(*(client(i) for i in range(clients)))
-        gate = await gate_task
-        statistics = group.statistics()
-        gate.open("the benchmark")
-        failing.wait_for_submitted()
+        running = asyncio.gather(*(client(i) for i in range(clients)))
+        await asyncio.sleep(gate_at - time.perf_counter())
+        async with held(failing, FAILING_TIMEOUT_S):  # the gate opens once the clients end
+            await running
+            statistics = group.statistics()
     before = sum(1 for t in done_at if t < gate_at)
     return {
         "clients": clients,
@@ -171,11 +170,11 @@ def _http(
         try:
             _wait_ready(port, proc)
             for c in report:
-                spec = {
-                    "port": port, "model": name, "input": in_name, "output": out_name,
-                    "inputs": paths_in, "outputs": paths_out, "seconds": args.seconds,
-                    "clients": int(c), "first": 0, "grpc_port": None, "protocol": "http",
-                }  # fmt: skip
+                spec = client_spec(
+                    (port, None), name, (in_name, out_name), (paths_in, paths_out), int(c),
+                    args.seconds,
+                )  # fmt: skip
+                spec["protocol"] = "http"
                 report[c][f"http_{label}"] = _clients(spec, args.client_processes)
                 print(f"http {label} x{c}: {report[c][f'http_{label}']}", file=sys.stderr)
         finally:

@@ -354,6 +354,20 @@ def saved_variants(
     return paths_in, paths_out
 
 
+def client_spec(
+    ports: tuple[int, int | None], model: str, blobs: tuple[str, str],
+    paths: tuple[list[str], list[str]], clients: int, seconds: float,
+) -> dict[str, Any]:  # fmt: skip
+    """What the client processes are given, less the protocol (``_clients`` adds their share):
+    the server's (HTTP, gRPC) ports, the model, its (input, output) blob, the variants'
+    (input, output) files."""
+    return {
+        "port": ports[0], "grpc_port": ports[1], "model": model, "input": blobs[0],
+        "output": blobs[1], "inputs": paths[0], "outputs": paths[1], "seconds": seconds,
+        "clients": clients, "first": 0,
+    }  # fmt: skip
+
+
 def _model(args: argparse.Namespace, name: str, shape: tuple[int, ...]) -> dict[str, Any]:
     folder = MODELS / name
     clients = [int(c) for c in args.clients.split(",")]
@@ -366,11 +380,10 @@ def _model(args: argparse.Namespace, name: str, shape: tuple[int, ...]) -> dict[
     try:
         _wait_ready(port, proc)
         for c in clients:
-            spec = {
-                "port": port, "model": name, "input": in_name, "output": out_name,
-                "inputs": paths_in, "outputs": paths_out, "seconds": args.seconds,
-                "clients": c, "first": 0, "grpc_port": grpc_port,
-            }  # fmt: skip
+            spec = client_spec(
+                (port, grpc_port), name, (in_name, out_name), (paths_in, paths_out), c,
+                args.seconds,
+            )  # fmt: skip
             for protocol in args.protocols.split(","):
                 before = _metrics(port)
                 served = _clients(dict(spec, protocol=protocol), args.client_processes)
